@@ -1,0 +1,372 @@
+//! [`Connection`]: a connection to an etcd cluster that fails over between endpoints.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use tokio::time::Instant;
+
+use crate::error::{EtcdError, FailureClass};
+use crate::keys::{Namespace, prefix_end};
+
+/// How long and how often idempotent requests are retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// No retry starts after this much time has passed since the first attempt.
+    pub deadline: Duration,
+    /// The pause after the first full round of endpoints has failed; doubled after each round.
+    pub initial_backoff: Duration,
+    /// The longest pause between rounds.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(10),
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where and how to connect.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Client URLs of etcd members, e.g. `http://127.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// How long opening one connection may take.
+    pub connect_timeout: Duration,
+    /// How long one unary request may take before it fails as outcome unknown.
+    pub request_timeout: Duration,
+    /// Retries of idempotent requests, and of writes that were certainly not applied.
+    pub retry: RetryPolicy,
+}
+
+impl ConnectOptions {
+    /// Options for `endpoints`, with the defaults: 3 s to connect, 5 s a request, and the
+    /// default [`RetryPolicy`].
+    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+}
+
+/// [`Connection::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// No endpoint was given. Permanent.
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+    /// An endpoint is not a usable URL. Permanent.
+    #[error("invalid etcd endpoint {endpoint:?}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why etcd-client refused it.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// No endpoint answered within the retry policy's deadline. Transient: etcd may come up.
+    #[error("no etcd endpoint answered ({endpoints})")]
+    Unreachable {
+        /// The endpoints tried, comma-separated.
+        endpoints: String,
+        /// The last failure.
+        #[source]
+        source: EtcdError,
+    },
+}
+
+/// The status of the etcd member that answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The endpoint that answered.
+    pub endpoint: String,
+    /// Its member ID.
+    pub member_id: u64,
+    /// The member ID of the leader it knows, 0 when it knows none.
+    pub leader_id: u64,
+    /// The cluster's current revision as seen by this member.
+    pub revision: u64,
+    /// The raft term.
+    pub raft_term: u64,
+    /// The etcd server version, e.g. `3.5.16`.
+    pub version: String,
+}
+
+/// What a namespace holds right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceStatus {
+    /// The namespace.
+    pub namespace: Namespace,
+    /// The revision the counts were read at (one consistent snapshot).
+    pub revision: u64,
+    /// Sessions that have an owner.
+    pub owned_sessions: u64,
+    /// Workspace roots that are owned.
+    pub owned_workspaces: u64,
+    /// All keys under the namespace, journals included.
+    pub keys: u64,
+}
+
+struct Member {
+    endpoint: String,
+    client: Client,
+}
+
+/// A connection to one etcd cluster, failing over between its endpoints; cheap to clone.
+///
+/// etcd-client balances one channel over all endpoints but never fails over: with one member
+/// down, about one call in N fails with `Unavailable`, and nothing retries it. [`Connection`]
+/// keeps one client per endpoint instead and applies a [`RetryPolicy`]:
+///
+/// - **Idempotent requests** (reads, and the re-opening of keepalive and watch streams) are
+///   retried on the next endpoint after any failure that is not [`Permanent`], with exponential
+///   backoff after each full round of endpoints, until the policy's deadline.
+/// - **Writes are never retried blindly.** A write is sent again only when the failure proves it
+///   had no effect ([`NotSent`]: no connection could be made; [`Rejected`]: e.g. "no leader").
+///   An [`OutcomeUnknown`] failure is returned to the caller, who must resolve it (the journal
+///   does so by re-sending the byte-identical transaction).
+///
+/// The endpoint that last answered is preferred for the next request, so a dead member costs
+/// one failed attempt, not one in N.
+///
+/// [`Permanent`]: crate::FailureClass::Permanent
+/// [`NotSent`]: crate::FailureClass::NotSent
+/// [`Rejected`]: crate::FailureClass::Rejected
+/// [`OutcomeUnknown`]: crate::FailureClass::OutcomeUnknown
+#[derive(Clone)]
+pub struct Connection {
+    members: Arc<[Member]>,
+    preferred: Arc<AtomicUsize>,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("endpoints", &self.endpoints())
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to the cluster and checks that at least one endpoint answers (a `status`
+    /// request, retried within the policy's deadline).
+    pub async fn connect(options: ConnectOptions) -> Result<Self, ConnectError> {
+        if options.endpoints.is_empty() {
+            return Err(ConnectError::NoEndpoints);
+        }
+        let client_options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout)
+            .with_timeout(options.request_timeout)
+            // HTTP/2 pings find dead connections; etcd drops clients that ping more often than
+            // every 5 s.
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // A member cut off from the leader fails fast with "no leader" (definitely not
+            // applied) instead of stalling.
+            .with_require_leader(true);
+        let mut members = Vec::with_capacity(options.endpoints.len());
+        for endpoint in &options.endpoints {
+            // etcd-client dials lazily: this validates the URL and opens nothing yet.
+            let client = Client::connect([endpoint.as_str()], Some(client_options.clone()))
+                .await
+                .map_err(|source| ConnectError::InvalidEndpoint {
+                    endpoint: endpoint.clone(),
+                    source,
+                })?;
+            members.push(Member {
+                endpoint: endpoint.clone(),
+                client,
+            });
+        }
+        let connection = Self {
+            members: members.into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
+            retry: options.retry,
+        };
+        connection
+            .status()
+            .await
+            .map_err(|source| ConnectError::Unreachable {
+                endpoints: options.endpoints.join(","),
+                source,
+            })?;
+        Ok(connection)
+    }
+
+    /// The endpoints, in the order given.
+    pub fn endpoints(&self) -> Vec<&str> {
+        self.members.iter().map(|m| m.endpoint.as_str()).collect()
+    }
+
+    /// The retry policy in force.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// The status of whichever member answers first.
+    pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
+        self.read("status", |mut client, endpoint| async move {
+            let status = client.status().await?;
+            let header = status.header();
+            Ok(MemberStatus {
+                endpoint,
+                member_id: header.map_or(0, |h| h.member_id()),
+                leader_id: status.leader(),
+                revision: header.map_or(0, |h| h.revision()).max(0) as u64,
+                raft_term: status.raft_term(),
+                version: status.version().to_owned(),
+            })
+        })
+        .await
+    }
+
+    /// A linearizable read of one key's value.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, EtcdError> {
+        let key = key.as_ref();
+        self.read("get", |mut client, _| async move {
+            let response = client.get(key, None).await?;
+            Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+        })
+        .await
+    }
+
+    /// Writes one key, unconditionally; returns the revision of the write. Retried only when
+    /// the failure proves the write was not applied.
+    pub async fn put(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<u64, EtcdError> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.write("put", |mut client, _| async move {
+            let response = client.put(key, value, None).await?;
+            Ok(response.header().map_or(0, |h| h.revision()).max(0) as u64)
+        })
+        .await
+    }
+
+    /// Counts what `namespace` holds, at one revision.
+    pub async fn namespace_status(
+        &self,
+        namespace: &Namespace,
+    ) -> Result<NamespaceStatus, EtcdError> {
+        let count = |prefix: String, revision: i64| {
+            let options = GetOptions::new()
+                .with_range(prefix_end(&prefix))
+                .with_count_only()
+                .with_revision(revision);
+            self.read("count", move |mut client, _| {
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move {
+                    let response = client.get(prefix, Some(options)).await?;
+                    let revision = response.header().map_or(0, |h| h.revision());
+                    Ok((response.count().max(0) as u64, revision))
+                }
+            })
+        };
+        // The first count fixes the revision; the others read at that same revision.
+        let (keys, revision) = count(namespace.prefix(), 0).await?;
+        let (owned_sessions, _) = count(namespace.owners_prefix(), revision).await?;
+        let (owned_workspaces, _) = count(namespace.workspaces_prefix(), revision).await?;
+        Ok(NamespaceStatus {
+            namespace: namespace.clone(),
+            revision: revision.max(0) as u64,
+            owned_sessions,
+            owned_workspaces,
+            keys,
+        })
+    }
+
+    /// Runs an idempotent request, failing over between endpoints (see [`Connection`]).
+    pub(crate) async fn read<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut(Client, String) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call(operation, FailureClass::retry_read, f).await
+    }
+
+    /// Runs a write, re-sending it only while its failures prove it was not applied.
+    pub(crate) async fn write<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut(Client, String) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call(operation, FailureClass::retry_write, f).await
+    }
+
+    async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        may_retry: fn(FailureClass) -> bool,
+        mut f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut(Client, String) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let n = self.members.len();
+        let deadline = Instant::now() + self.retry.deadline;
+        let mut backoff = self.retry.initial_backoff;
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut attempt = 0usize;
+        loop {
+            let index = (first + attempt) % n;
+            let member = &self.members[index];
+            match f(member.client.clone(), member.endpoint.clone()).await {
+                Ok(value) => {
+                    self.preferred.store(index, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(source) => {
+                    let error = EtcdError::new(operation, &member.endpoint, source);
+                    attempt += 1;
+                    let pause = if attempt.is_multiple_of(n) {
+                        backoff
+                    } else {
+                        Duration::ZERO
+                    };
+                    if !may_retry(error.class()) || Instant::now() + pause >= deadline {
+                        return Err(error);
+                    }
+                    tracing::debug!(
+                        operation,
+                        endpoint = %member.endpoint,
+                        class = %error.class(),
+                        attempt,
+                        "etcd request failed; retrying on the next endpoint"
+                    );
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                        backoff = (backoff * 2).min(self.retry.max_backoff);
+                    }
+                }
+            }
+        }
+    }
+}

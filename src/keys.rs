@@ -1,0 +1,218 @@
+//! The key layout of a leasehold deployment in etcd.
+//!
+//! Everything a deployment writes lives under one namespace prefix `{ns}/`, so tenants can be
+//! isolated by etcd RBAC on the prefix and tests can share one etcd by each taking a namespace
+//! of its own:
+//!
+//! | key | holds |
+//! | --- | --- |
+//! | `{ns}/owners/{session}` | the session's owner; exists while someone owns it |
+//! | `{ns}/journals/{session}/tip` | the journal's last sequence number, epoch and nonce |
+//! | `{ns}/journals/{session}/r/{seq:020}` | one journal record |
+//! | `{ns}/workspaces/{id}` | workspace-root ownership |
+//!
+//! Owner keys have a prefix of their own so that one watch per node on `{ns}/owners/` sees
+//! every ownership change and nothing else. Sequence numbers are zero-padded to 20 digits (the
+//! width of `u64::MAX`) so that etcd's byte order of record keys is their numeric order.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// The longest namespace accepted, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 128;
+
+/// A validated namespace: the prefix under which a deployment keeps all its keys.
+///
+/// A namespace is 1 to [`MAX_NAMESPACE_LEN`] bytes of ASCII letters, digits, `-`, `_`, `.` and
+/// `/`, with no empty `/`-separated segment (so no leading, trailing or doubled `/`). That keeps
+/// `{ns}/` a prefix of exactly this deployment's keys: `a` and `a/b` may both exist, but the
+/// keys of `a/b` would then lie under `a/`, so do not nest namespaces that are used at the same
+/// time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Namespace(String);
+
+/// A namespace string was refused; permanent: the same string is always refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid namespace {namespace:?}: {reason}")]
+pub struct InvalidNamespaceError {
+    /// The string that was refused.
+    pub namespace: String,
+    /// Why it was refused.
+    pub reason: &'static str,
+}
+
+impl Namespace {
+    /// The namespace used when none is configured.
+    pub const DEFAULT: &'static str = "leasehold";
+
+    /// Validates `namespace`.
+    pub fn new(namespace: impl Into<String>) -> Result<Self, InvalidNamespaceError> {
+        let namespace = namespace.into();
+        let refuse = |reason| {
+            Err(InvalidNamespaceError {
+                namespace: namespace.clone(),
+                reason,
+            })
+        };
+        if namespace.is_empty() {
+            return refuse("it is empty");
+        }
+        if namespace.len() > MAX_NAMESPACE_LEN {
+            return refuse("it is longer than 128 bytes");
+        }
+        if !namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+        {
+            return refuse("only ASCII letters, digits, '-', '_', '.' and '/' are allowed");
+        }
+        if namespace.split('/').any(str::is_empty) {
+            return refuse("it has an empty '/'-separated segment");
+        }
+        Ok(Self(namespace))
+    }
+
+    /// The namespace as a string, without the trailing `/`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `{ns}/`: the prefix of every key of this namespace.
+    pub fn prefix(&self) -> String {
+        format!("{}/", self.0)
+    }
+
+    /// `{ns}/owners/`: the prefix of all owner keys, watched by every node.
+    pub fn owners_prefix(&self) -> String {
+        format!("{}/owners/", self.0)
+    }
+
+    /// `{ns}/owners/{session}`.
+    pub fn owner_key(&self, session: Uuid) -> String {
+        format!("{}/owners/{}", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/journals/`: the prefix of all journals.
+    pub fn journals_prefix(&self) -> String {
+        format!("{}/journals/", self.0)
+    }
+
+    /// `{ns}/journals/{session}/tip`.
+    pub fn tip_key(&self, session: Uuid) -> String {
+        format!("{}/journals/{}/tip", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/journals/{session}/r/`: the prefix of one journal's records.
+    pub fn records_prefix(&self, session: Uuid) -> String {
+        format!("{}/journals/{}/r/", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/journals/{session}/r/{seq:020}`.
+    pub fn record_key(&self, session: Uuid, seq: u64) -> String {
+        format!("{}/journals/{}/r/{seq:020}", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/workspaces/`: the prefix of all workspace roots.
+    pub fn workspaces_prefix(&self) -> String {
+        format!("{}/workspaces/", self.0)
+    }
+}
+
+impl Default for Namespace {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for Namespace {
+    type Err = InvalidNamespaceError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+/// The end of the range that holds every key starting with `prefix` (etcd's `range_end` for a
+/// prefix query): the prefix with its last byte incremented.
+pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // A prefix of only 0xff bytes (never a valid namespace) ranges to the end of the keyspace.
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_and_nested_names() {
+        for ok in ["leasehold", "tenant-a/prod", "a.b_c-1", &"x".repeat(128)] {
+            assert_eq!(Namespace::new(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn refuses_what_would_break_the_prefix() {
+        for (bad, reason) in [
+            ("", "empty"),
+            ("/leasehold", "segment"),
+            ("leasehold/", "segment"),
+            ("a//b", "segment"),
+            ("has space", "ASCII"),
+            ("ünï", "ASCII"),
+            (&"x".repeat(129), "128"),
+        ] {
+            let err = Namespace::new(bad).unwrap_err();
+            assert_eq!(err.namespace, bad);
+            assert!(err.reason.contains(reason), "{bad:?}: {}", err.reason);
+        }
+    }
+
+    #[test]
+    fn keys_follow_the_documented_layout() {
+        let ns = Namespace::new("t1").unwrap();
+        let s = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(
+            ns.owner_key(s),
+            "t1/owners/01234567-89ab-cdef-0123-456789abcdef"
+        );
+        assert!(ns.owner_key(s).starts_with(&ns.owners_prefix()));
+        assert_eq!(
+            ns.tip_key(s),
+            "t1/journals/01234567-89ab-cdef-0123-456789abcdef/tip"
+        );
+        assert_eq!(
+            ns.record_key(s, 42),
+            "t1/journals/01234567-89ab-cdef-0123-456789abcdef/r/00000000000000000042"
+        );
+        assert!(
+            ns.record_key(s, u64::MAX)
+                .ends_with("/r/18446744073709551615")
+        );
+        assert!(ns.record_key(s, 9) < ns.record_key(s, 10));
+        assert!(ns.record_key(s, 0).starts_with(&ns.records_prefix(s)));
+        assert_eq!(Namespace::default().prefix(), "leasehold/");
+    }
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_prefix() {
+        assert_eq!(prefix_end("a/"), b"a0".to_vec());
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+        let end = prefix_end("t1/owners/");
+        assert!(b"t1/owners/zzz".as_slice() < end.as_slice());
+        assert!(b"t1/ownersX".as_slice() >= end.as_slice());
+    }
+}
