@@ -1,0 +1,369 @@
+//! Which etcd image the harness runs, and building leasehold's own images when missing.
+
+use std::path::{Path, PathBuf};
+
+use testcontainers::runners::AsyncBuilder;
+use testcontainers::{BuildableImage, GenericBuildableImage};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Mutex;
+
+use super::HarnessError;
+
+/// The repository of the images the harness builds itself.
+const REPOSITORY: &str = "leasehold-etcd";
+/// Where the etcd binary sits inside every image the harness runs.
+pub(crate) const ETCD_PATH: &str = "/usr/local/bin/etcd";
+/// The fetch script, embedded so that the harness works from any crate that depends on it.
+const FETCH_SCRIPT: &str = include_str!("../../deploy/fetch-etcd.sh");
+/// Versions the fetch script knows how to obtain.
+const KNOWN_VERSIONS: [&str; 2] = [EtcdImage::DEFAULT_VERSION, EtcdImage::COMPAT_VERSION];
+
+/// Serializes image builds within this process (concurrent tests share one build).
+static BUILD: Mutex<()> = Mutex::const_new(());
+
+/// The etcd image a node or cluster runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdImage {
+    name: String,
+    tag: String,
+    /// The etcd release, for leasehold's own images (which the harness can build).
+    version: Option<String>,
+}
+
+/// How the harness makes one of its own images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageBuild {
+    /// A `FROM scratch` Dockerfile through testcontainers' image builder.
+    Builder,
+    /// `docker import` of a rootfs tarball: needs no builder at all.
+    Import,
+}
+
+impl EtcdImage {
+    /// The etcd version the harness runs by default.
+    pub const DEFAULT_VERSION: &'static str = "3.5.16";
+    /// Debian 12's etcd, the compatibility target.
+    pub const COMPAT_VERSION: &'static str = "3.4.23";
+    /// The environment variable that selects another image (`repo:tag`).
+    pub const ENV: &'static str = "LEASEHOLD_ETCD_IMAGE";
+
+    /// `LEASEHOLD_ETCD_IMAGE` when set, else leasehold's etcd 3.5.16 image.
+    pub fn from_env() -> Self {
+        match std::env::var(Self::ENV) {
+            Ok(image) if !image.trim().is_empty() => Self::custom(image.trim()),
+            _ => Self::release(Self::DEFAULT_VERSION),
+        }
+    }
+
+    /// Leasehold's own image of an etcd release (`leasehold-etcd:{version}`), built when
+    /// missing; 3.5.16 and 3.4.23 can be built.
+    pub fn release(version: &str) -> Self {
+        Self {
+            name: REPOSITORY.to_owned(),
+            tag: version.to_owned(),
+            version: Some(version.to_owned()),
+        }
+    }
+
+    /// The same release under another `name:tag`, still built by the harness when missing.
+    pub fn with_reference(mut self, name: &str, tag: &str) -> Self {
+        self.name = name.to_owned();
+        self.tag = tag.to_owned();
+        self
+    }
+
+    /// Any image, as `repo:tag` (`latest` when no tag is given). Never built by the harness.
+    pub fn custom(image: &str) -> Self {
+        // A colon after the last '/' separates the tag (a registry host may carry a port).
+        match image.rsplit_once(':') {
+            Some((name, tag)) if !tag.contains('/') => Self {
+                name: name.to_owned(),
+                tag: tag.to_owned(),
+                version: None,
+            },
+            _ => Self {
+                name: image.to_owned(),
+                tag: "latest".to_owned(),
+                version: None,
+            },
+        }
+    }
+
+    /// The image's repository.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The image's tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The etcd version, when this is one of leasehold's own images.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    /// `repo:tag`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+
+    /// Makes sure the image exists locally: leasehold's own images are built when missing
+    /// (through the builder, else by import); other images are left to Docker.
+    pub async fn ensure(&self, docker: &bollard::Docker) -> Result<(), HarnessError> {
+        if self.version.is_none() {
+            return Ok(());
+        }
+        let _one_build_at_a_time = BUILD.lock().await;
+        if docker.inspect_image(&self.reference()).await.is_ok() {
+            return Ok(());
+        }
+        self.make(docker, ImageBuild::Builder).await
+    }
+
+    /// Builds one of leasehold's own images now, as `how` says, replacing any image of the
+    /// same name. With [`ImageBuild::Builder`], falls back to an import when no builder works.
+    pub async fn rebuild(&self, how: ImageBuild) -> Result<(), HarnessError> {
+        let docker = super::docker().await?;
+        let _one_build_at_a_time = BUILD.lock().await;
+        self.make(&docker, how).await
+    }
+
+    /// Removes the image from Docker (for tests of the build itself).
+    pub async fn remove(&self) -> Result<(), HarnessError> {
+        let docker = super::docker().await?;
+        docker
+            .remove_image(
+                &self.reference(),
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| HarnessError::container(format!("remove image {}", self.reference()), e))
+    }
+
+    async fn make(&self, docker: &bollard::Docker, how: ImageBuild) -> Result<(), HarnessError> {
+        let version = self
+            .version
+            .as_deref()
+            .ok_or_else(|| HarnessError::EtcdBinary {
+                version: "?".to_owned(),
+                detail: format!("{} is not one of leasehold's images", self.reference()),
+            })?;
+        if !KNOWN_VERSIONS.contains(&version) {
+            return Err(HarnessError::EtcdBinary {
+                version: version.to_owned(),
+                detail: format!(
+                    "the harness builds etcd {} only; set {} to an existing image",
+                    KNOWN_VERSIONS.join(" and "),
+                    Self::ENV
+                ),
+            });
+        }
+        let rootfs = Rootfs::for_version(version).await?;
+        eprintln!(
+            "leasehold::testing: making {} ({how:?}) from {}",
+            self.reference(),
+            rootfs.etcd.display()
+        );
+        if how == ImageBuild::Builder {
+            match self.build(&rootfs).await {
+                Ok(()) => return Ok(()),
+                Err(cause) => eprintln!(
+                    "leasehold::testing: no usable image builder ({cause}); importing a rootfs tarball"
+                ),
+            }
+        }
+        self.import(docker, &rootfs).await
+    }
+
+    /// `FROM scratch` plus the rootfs, through testcontainers' image builder.
+    async fn build(&self, rootfs: &Rootfs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut image = GenericBuildableImage::new(&self.name, &self.tag).with_dockerfile_string(
+            format!("FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"{ETCD_PATH}\"]\n"),
+        );
+        for (source, target) in rootfs.files() {
+            image = image.with_file(source, format!("rootfs{target}"));
+        }
+        debug_assert_eq!(image.descriptor(), self.reference());
+        let _built = image.build_image().await?;
+        Ok(())
+    }
+
+    /// `docker import` of the rootfs as a tarball: needs no builder at all.
+    async fn import(&self, docker: &bollard::Docker, rootfs: &Rootfs) -> Result<(), HarnessError> {
+        use futures_util::StreamExt as _;
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| HarnessError::BuildImage {
+            image: self.reference(),
+            source,
+        };
+        let tarball = rootfs.tarball().map_err(|e| failed(e.into()))?;
+        let options = bollard::query_parameters::CreateImageOptions {
+            from_src: Some("-".to_owned()),
+            repo: Some(self.name.clone()),
+            tag: Some(self.tag.clone()),
+            changes: vec![format!("ENTRYPOINT [\"{ETCD_PATH}\"]")],
+            ..Default::default()
+        };
+        let mut progress = docker.create_image(
+            Some(options),
+            Some(bollard::body_full(tarball.into())),
+            None,
+        );
+        while let Some(step) = progress.next().await {
+            step.map_err(|e| failed(e.into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The files of an etcd image: the binary and the shared libraries it links, by their paths
+/// inside the image.
+struct Rootfs {
+    etcd: PathBuf,
+    libraries: Vec<PathBuf>,
+}
+
+impl Rootfs {
+    async fn for_version(version: &str) -> Result<Self, HarnessError> {
+        let etcd = etcd_binary(version).await?;
+        let libraries =
+            linked_libraries(&etcd)
+                .await
+                .map_err(|detail| HarnessError::EtcdBinary {
+                    version: version.to_owned(),
+                    detail,
+                })?;
+        Ok(Self { etcd, libraries })
+    }
+
+    /// (path on this machine, path in the image); links are resolved to the files they name.
+    fn files(&self) -> Vec<(PathBuf, String)> {
+        let mut files = vec![(self.etcd.clone(), ETCD_PATH.to_owned())];
+        for library in &self.libraries {
+            let source = std::fs::canonicalize(library).unwrap_or_else(|_| library.clone());
+            files.push((source, library.display().to_string()));
+        }
+        files
+    }
+
+    fn tarball(&self) -> std::io::Result<Vec<u8>> {
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.follow_symlinks(true);
+        for (source, target) in self.files() {
+            tar.append_path_with_name(&source, target.trim_start_matches('/'))?;
+        }
+        tar.into_inner()
+    }
+}
+
+/// The cached etcd binary of `version`, fetched with the embedded script when missing.
+async fn etcd_binary(version: &str) -> Result<PathBuf, HarnessError> {
+    let failed = |detail: String| HarnessError::EtcdBinary {
+        version: version.to_owned(),
+        detail,
+    };
+    let mut child = tokio::process::Command::new("bash")
+        .args(["-s", "--", version])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .map_err(|e| failed(format!("cannot run bash for the fetch script: {e}")))?;
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin
+        .write_all(FETCH_SCRIPT.as_bytes())
+        .await
+        .map_err(|e| failed(format!("cannot feed the fetch script: {e}")))?;
+    drop(stdin);
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(|e| failed(format!("the fetch script did not finish: {e}")))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "deploy/fetch-etcd.sh {version} failed ({}); its messages are above",
+            output.status
+        )));
+    }
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if !Path::new(&path).is_file() {
+        return Err(failed(format!(
+            "the fetch script named {path:?}, which is no file"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// The shared libraries `binary` links, as `ldd` names them (the loader by its PT_INTERP path).
+async fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, String> {
+    let output = tokio::process::Command::new("ldd")
+        .arg(binary)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run ldd: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "ldd {} failed: {}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let libraries: Vec<PathBuf> = parse_ldd(&String::from_utf8_lossy(&output.stdout));
+    if libraries.is_empty() {
+        return Err(format!("ldd found no libraries for {}", binary.display()));
+    }
+    Ok(libraries)
+}
+
+/// `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)` and `/lib64/ld-linux-x86-64.so.2 (0x…)`
+/// lines give a path; `linux-vdso.so.1 (0x…)` is provided by the kernel.
+fn parse_ldd(output: &str) -> Vec<PathBuf> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, rest)) => rest.split_whitespace().next()?,
+                None => line.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_yields_libc_and_loader() {
+        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\
+                   \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3a)\n\
+                   \t/lib64/ld-linux-x86-64.so.2 (0x00007f3b)\n";
+        assert_eq!(
+            parse_ldd(out),
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+    }
+
+    #[test]
+    fn image_references_parse() {
+        let own = EtcdImage::release("3.4.23");
+        assert_eq!(own.reference(), "leasehold-etcd:3.4.23");
+        assert_eq!(own.version(), Some("3.4.23"));
+        let upstream = EtcdImage::custom("registry.local:5000/etcd:v3.5.17");
+        assert_eq!(upstream.name(), "registry.local:5000/etcd");
+        assert_eq!(upstream.tag(), "v3.5.17");
+        assert_eq!(upstream.version(), None);
+        assert_eq!(
+            EtcdImage::custom("registry.local:5000/etcd").tag(),
+            "latest"
+        );
+    }
+}

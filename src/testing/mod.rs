@@ -1,0 +1,218 @@
+//! A real-etcd test harness (feature `testing`): for leasehold's own integration tests and for
+//! the tests of applications built on it.
+//!
+//! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint.
+//! - [`EtcdCluster`]: three members by default, on a Docker network of their own, with fault
+//!   controls: kill and restart a member, pause and unpause it, partition it from its peers and
+//!   heal it, find the leader, move leadership.
+//! - [`FaultProxy`]: a TCP proxy on loopback between ONE client and etcd that can blackhole
+//!   traffic, cut connections and drop the replies of requests in flight, so one node can be cut
+//!   off from etcd while the others are not.
+//! - [`random_namespace`]: a namespace of its own for each test, so that tests run in parallel
+//!   on one etcd without seeing each other's keys.
+//!
+//! # Images
+//!
+//! No image is ever pulled. By default the harness runs etcd 3.5.16 from the image
+//! `leasehold-etcd:3.5.16`, and builds it when it is missing: `FROM scratch`, the etcd binary
+//! of Debian 13's `etcd-server` package plus the `libc.so.6` and dynamic loader it links, built
+//! through testcontainers' [`GenericBuildableImage`](testcontainers::GenericBuildableImage)
+//! (or, where no builder is usable, `docker import` of the same files as a rootfs tarball). The
+//! binary is fetched once with apt into `~/.cache/leasehold` (see `deploy/fetch-etcd.sh`).
+//! `leasehold-etcd:3.4.23` (Debian 12's etcd) is built the same way for compatibility runs.
+//!
+//! Set `LEASEHOLD_ETCD_IMAGE=repo:tag` to run any other etcd image instead; it must have the
+//! etcd binary at `/usr/local/bin/etcd` (as the upstream images do).
+//!
+//! # Failing loudly
+//!
+//! Every constructor checks that Docker answers first and returns
+//! [`HarnessError::DockerUnavailable`] when it does not: a test that needs etcd fails, it is
+//! never skipped.
+//!
+//! ```no_run
+//! use leasehold::testing::{EtcdNode, random_namespace};
+//! use leasehold::{Connection, ConnectOptions};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let etcd = EtcdNode::start().await?;
+//! let connection = Connection::connect(ConnectOptions::new([etcd.endpoint()])).await?;
+//! let namespace = random_namespace();
+//! connection.put(format!("{}k", namespace.prefix()), "v").await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod cluster;
+mod image;
+mod node;
+mod proxy;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use cluster::{ClusterOptions, EtcdCluster};
+pub use image::{EtcdImage, ImageBuild};
+pub use node::EtcdNode;
+pub use proxy::{FaultProxy, ProxyMode};
+
+use crate::keys::Namespace;
+
+/// The label put on every container and network the harness creates, so that leftovers of a
+/// crashed test run can be found: `docker ps -a --filter label=org.leasehold.testing`.
+pub const LABEL: &str = "org.leasehold.testing";
+
+/// The harness could not provide what was asked. Each variant says whether retrying helps.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// Docker did not answer. The integration tests need a running Docker engine (or
+    /// `DOCKER_HOST` pointing at one). Permanent for this run.
+    #[error(
+        "Docker is not reachable at {docker_host}: leasehold's etcd tests need a running Docker engine"
+    )]
+    DockerUnavailable {
+        /// Where Docker was looked for.
+        docker_host: String,
+        /// What the Docker client said.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The etcd binary for an image could not be fetched or inspected. Permanent until the
+    /// cause (network, apt) is fixed.
+    #[error("cannot provide the etcd {version} binary: {detail}")]
+    EtcdBinary {
+        /// The etcd version.
+        version: String,
+        /// What went wrong, including the fetch script's own message.
+        detail: String,
+    },
+    /// Building or importing an etcd image failed. Permanent.
+    #[error("cannot build the etcd image {image}")]
+    BuildImage {
+        /// The image.
+        image: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Starting or controlling a container failed. Transient at best.
+    #[error("{operation} failed")]
+    Container {
+        /// What was being done, e.g. `"start etcd member m1"`.
+        operation: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A condition did not come true in time (e.g. a member serving, a leader elected).
+    #[error("timed out after {waited:?} waiting for {condition}")]
+    Timeout {
+        /// What was waited for.
+        condition: String,
+        /// How long.
+        waited: Duration,
+    },
+    /// A local I/O failure (ports, temporary files, the proxy's listener).
+    #[error("{operation} failed")]
+    Io {
+        /// What was being done.
+        operation: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HarnessError {
+    pub(crate) fn container(
+        operation: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Container {
+            operation: operation.into(),
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn io(operation: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            operation: operation.into(),
+            source,
+        }
+    }
+}
+
+/// A fresh namespace, `lh-test-` and 16 random hex digits, for one test.
+pub fn random_namespace() -> Namespace {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    Namespace::new(format!("lh-test-{}", &id[..16])).expect("a valid namespace")
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or fails after `timeout` naming
+/// `condition`. Tests wait for conditions this way instead of sleeping.
+pub async fn wait_for<T, F, Fut>(
+    condition: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T, HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(HarnessError::Timeout {
+                condition: condition.to_owned(),
+                waited: timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Connects to Docker and checks that it answers.
+pub(crate) async fn docker() -> Result<bollard::Docker, HarnessError> {
+    let docker_host =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
+    let unavailable = |source| HarnessError::DockerUnavailable {
+        docker_host: docker_host.clone(),
+        source,
+    };
+    let docker = bollard::Docker::connect_with_defaults().map_err(unavailable)?;
+    match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
+        Ok(Ok(_)) => Ok(docker),
+        Ok(Err(source)) => Err(unavailable(source)),
+        Err(_) => Err(unavailable(bollard::errors::Error::RequestTimeoutError)),
+    }
+}
+
+/// A free TCP port on loopback, for a container port published at a fixed host port (so a
+/// restarted member keeps its endpoint).
+pub(crate) fn free_port() -> Result<u16, HarnessError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(|e| HarnessError::io("find a free port", e))
+}
+
+/// Waits until the member at `endpoint` serves a linearizable read.
+pub(crate) async fn wait_serving(endpoint: &str, timeout: Duration) -> Result<(), HarnessError> {
+    let options = crate::ConnectOptions::new([endpoint]).with_retry(crate::RetryPolicy {
+        deadline: Duration::from_millis(500),
+        ..crate::RetryPolicy::default()
+    });
+    wait_for(&format!("etcd at {endpoint} to serve"), timeout, || async {
+        let connection = crate::Connection::connect(options.clone()).await.ok()?;
+        connection
+            .get("leasehold-harness-probe")
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+}

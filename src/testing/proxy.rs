@@ -1,0 +1,421 @@
+//! [`FaultProxy`]: a TCP proxy on loopback between one client and etcd, with faults on demand.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::HarnessError;
+
+/// What the proxy does to traffic; see [`FaultProxy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Forward everything.
+    Pass,
+    /// Move no bytes either way; hold them until the mode changes.
+    Blackhole,
+    /// Forward requests; discard replies.
+    DropReplies,
+    /// Close every connection, and each new one at once.
+    Reject,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Request,
+    Reply,
+}
+
+/// A TCP proxy on loopback between one client and etcd, with network faults on demand.
+///
+/// Point one node's client at [`FaultProxy::endpoint`] instead of etcd, and that node alone
+/// can be cut off while the others keep their direct connections. The faults:
+///
+/// | mode | new connections | bytes client → etcd | bytes etcd → client |
+/// | --- | --- | --- | --- |
+/// | [`Pass`](ProxyMode::Pass) | proxied | forwarded | forwarded |
+/// | [`Blackhole`](ProxyMode::Blackhole) | accepted, silent | held | held |
+/// | [`DropReplies`](ProxyMode::DropReplies) | proxied | forwarded | discarded |
+/// | [`Reject`](ProxyMode::Reject) | closed at once | connections closed | connections closed |
+///
+/// A blackhole behaves like a network partition that TCP rides out: bytes are held, not lost,
+/// and flow again in order on [`heal`](FaultProxy::heal). Dropping replies lets requests reach
+/// etcd (and commit) while the client never hears back: the "outcome unknown" case. A
+/// connection that lost bytes can never be trusted again, so leaving `DropReplies` closes every
+/// connection that dropped anything. [`cut`](FaultProxy::cut) closes the open connections once
+/// and lets new ones through: a blip.
+///
+/// The proxy stops, closing every connection, when dropped.
+pub struct FaultProxy {
+    local: SocketAddr,
+    upstream: String,
+    mode: watch::Sender<ProxyMode>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+    accept: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("endpoint", &self.endpoint())
+            .field("upstream", &self.upstream)
+            .field("mode", &self.mode())
+            .finish()
+    }
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream`, an etcd client URL (`http://host:port`) or `host:port`.
+    pub async fn start(upstream: &str) -> Result<Self, HarnessError> {
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| HarnessError::io("bind the fault proxy", e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| HarnessError::io("read the fault proxy's address", e))?;
+        let (mode, _) = watch::channel(ProxyMode::Pass);
+        let connections = Arc::new(Mutex::new(JoinSet::new()));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            upstream.clone(),
+            mode.clone(),
+            connections.clone(),
+        ));
+        Ok(Self {
+            local,
+            upstream,
+            mode,
+            connections,
+            accept,
+        })
+    }
+
+    /// The URL a client should use, e.g. `http://127.0.0.1:41234`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.local)
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> ProxyMode {
+        *self.mode.borrow()
+    }
+
+    /// Switches to `mode` (see [`FaultProxy`] for what each does).
+    pub fn set_mode(&self, mode: ProxyMode) {
+        self.mode.send_replace(mode);
+        tracing::debug!(proxy = %self.local, ?mode, "fault proxy mode");
+    }
+
+    /// Holds all bytes both ways: a partition.
+    pub fn blackhole(&self) {
+        self.set_mode(ProxyMode::Blackhole);
+    }
+
+    /// Lets requests through and discards replies.
+    pub fn drop_replies(&self) {
+        self.set_mode(ProxyMode::DropReplies);
+    }
+
+    /// Closes every connection and refuses new ones until healed.
+    pub fn reject(&self) {
+        self.set_mode(ProxyMode::Reject);
+    }
+
+    /// Back to [`ProxyMode::Pass`]; held bytes flow, connections that dropped bytes close.
+    pub fn heal(&self) {
+        self.set_mode(ProxyMode::Pass);
+    }
+
+    /// Closes every open connection once; new connections are proxied as the mode says.
+    pub fn cut(&self) {
+        self.connections.lock().expect("not poisoned").abort_all();
+    }
+
+    /// The number of connections open through the proxy.
+    pub fn open_connections(&self) -> usize {
+        let mut connections = self.connections.lock().expect("not poisoned");
+        while connections.try_join_next().is_some() {}
+        connections.len()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        if let Ok(mut connections) = self.connections.lock() {
+            connections.abort_all();
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: String,
+    mode: watch::Sender<ProxyMode>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        if *mode.borrow() == ProxyMode::Reject {
+            drop(client);
+            continue;
+        }
+        let mut connections = connections.lock().expect("not poisoned");
+        while connections.try_join_next().is_some() {}
+        connections.spawn(proxy_connection(client, upstream.clone(), mode.subscribe()));
+    }
+}
+
+async fn proxy_connection(
+    client: TcpStream,
+    upstream: String,
+    mut mode: watch::Receiver<ProxyMode>,
+) {
+    let Ok(server) = TcpStream::connect(&upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let tainted = Arc::new(AtomicBool::new(false));
+    let requests = pump(
+        client_read,
+        server_write,
+        Direction::Request,
+        mode.clone(),
+        tainted.clone(),
+    );
+    let replies = pump(
+        server_read,
+        client_write,
+        Direction::Reply,
+        mode.clone(),
+        tainted.clone(),
+    );
+    let supervise = async {
+        // A connection that lost bytes is closed as soon as the mode stops dropping them.
+        loop {
+            if mode.changed().await.is_err() {
+                return;
+            }
+            let now = *mode.borrow_and_update();
+            if now == ProxyMode::Reject
+                || (now != ProxyMode::DropReplies && tainted.load(Ordering::SeqCst))
+            {
+                return;
+            }
+        }
+    };
+    // Whichever ends first ends the connection; dropping the halves closes both sockets.
+    tokio::select! {
+        _ = async { tokio::join!(requests, replies) } => {}
+        _ = supervise => {}
+    }
+}
+
+/// Moves bytes one way as the mode allows, until either side closes.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    direction: Direction,
+    mut mode: watch::Receiver<ProxyMode>,
+    tainted: Arc<AtomicBool>,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        // Read only while bytes may move; a blackhole holds them in the kernel's buffers.
+        if !wait_while_blackholed(&mut mode).await {
+            return;
+        }
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            // Re-check the mode before reading on (read is cancel-safe: nothing is lost).
+            _ = mode.changed() => continue,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        // Bytes read just before a blackhole began are held until it ends.
+        if !wait_while_blackholed(&mut mode).await {
+            return;
+        }
+        if direction == Direction::Reply && *mode.borrow() == ProxyMode::DropReplies {
+            tainted.store(true, Ordering::SeqCst);
+            continue;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits while the mode is `Blackhole`; false when the connection must close.
+async fn wait_while_blackholed(mode: &mut watch::Receiver<ProxyMode>) -> bool {
+    loop {
+        match *mode.borrow_and_update() {
+            ProxyMode::Blackhole => {}
+            ProxyMode::Reject => return false,
+            ProxyMode::Pass | ProxyMode::DropReplies => return true,
+        }
+        if mode.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An echo server that also reports every byte it received.
+    async fn echo_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (seen, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 1024];
+                    while let Ok(n) = socket.read(&mut buffer).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let _ = seen.send(buffer[..n].to_vec());
+                        if socket.write_all(&buffer[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, received)
+    }
+
+    async fn read_some(socket: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+        let mut buffer = [0u8; 1024];
+        match tokio::time::timeout(within, socket.read(&mut buffer)).await {
+            Ok(Ok(n)) => Some(buffer[..n].to_vec()),
+            Ok(Err(_)) => Some(Vec::new()),
+            Err(_) => None,
+        }
+    }
+
+    const SHORT: Duration = Duration::from_millis(200);
+    const LONG: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn pass_forwards_both_ways() {
+        let (server, _) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        let mut client = TcpStream::connect(proxy.local).await.unwrap();
+        client.write_all(b"ping").await.unwrap();
+        assert_eq!(read_some(&mut client, LONG).await.unwrap(), b"ping");
+        assert_eq!(proxy.open_connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn blackhole_holds_bytes_and_heal_delivers_them_in_order() {
+        let (server, mut received) = echo_server().await;
+        let proxy = FaultProxy::start(&format!("http://{server}"))
+            .await
+            .unwrap();
+        let mut client = TcpStream::connect(proxy.local).await.unwrap();
+        client.write_all(b"a").await.unwrap();
+        assert_eq!(read_some(&mut client, LONG).await.unwrap(), b"a");
+        received.recv().await.unwrap();
+
+        proxy.blackhole();
+        client.write_all(b"bc").await.unwrap();
+        assert_eq!(read_some(&mut client, SHORT).await, None, "no reply");
+        assert!(received.try_recv().is_err(), "nothing reached the server");
+
+        proxy.heal();
+        let mut echoed = Vec::new();
+        while echoed.len() < 2 {
+            echoed.extend(read_some(&mut client, LONG).await.unwrap());
+        }
+        assert_eq!(echoed, b"bc");
+    }
+
+    #[tokio::test]
+    async fn drop_replies_delivers_requests_and_heal_closes_the_connection() {
+        let (server, mut received) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        let mut client = TcpStream::connect(proxy.local).await.unwrap();
+        proxy.drop_replies();
+        client.write_all(b"put").await.unwrap();
+        assert_eq!(
+            received.recv().await.unwrap(),
+            b"put",
+            "the request arrived"
+        );
+        assert_eq!(
+            read_some(&mut client, SHORT).await,
+            None,
+            "its reply did not"
+        );
+
+        proxy.heal();
+        assert_eq!(
+            read_some(&mut client, LONG).await.unwrap(),
+            b"",
+            "a connection that lost bytes is closed"
+        );
+        let mut fresh = TcpStream::connect(proxy.local).await.unwrap();
+        fresh.write_all(b"again").await.unwrap();
+        assert_eq!(read_some(&mut fresh, LONG).await.unwrap(), b"again");
+    }
+
+    #[tokio::test]
+    async fn reject_closes_open_and_new_connections() {
+        let (server, _) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        let mut open = TcpStream::connect(proxy.local).await.unwrap();
+        open.write_all(b"x").await.unwrap();
+        read_some(&mut open, LONG).await.unwrap();
+
+        proxy.reject();
+        assert_eq!(read_some(&mut open, LONG).await.unwrap(), b"");
+        let mut new = TcpStream::connect(proxy.local).await.unwrap();
+        assert_eq!(read_some(&mut new, LONG).await.unwrap(), b"");
+
+        proxy.heal();
+        let mut healed = TcpStream::connect(proxy.local).await.unwrap();
+        healed.write_all(b"y").await.unwrap();
+        assert_eq!(read_some(&mut healed, LONG).await.unwrap(), b"y");
+    }
+
+    #[tokio::test]
+    async fn cut_closes_open_connections_once() {
+        let (server, _) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        let mut open = TcpStream::connect(proxy.local).await.unwrap();
+        open.write_all(b"x").await.unwrap();
+        read_some(&mut open, LONG).await.unwrap();
+
+        proxy.cut();
+        assert_eq!(read_some(&mut open, LONG).await.unwrap(), b"");
+        let mut next = TcpStream::connect(proxy.local).await.unwrap();
+        next.write_all(b"z").await.unwrap();
+        assert_eq!(read_some(&mut next, LONG).await.unwrap(), b"z");
+    }
+}
