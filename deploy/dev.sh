@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# leasehold's two developer commands.
+#
+#   ./deploy/dev.sh demo   install what is missing, start a throwaway etcd, run the demo
+#   ./deploy/dev.sh test   install what is missing, then format check, clippy, every test
+#                          (unit and integration, etcd containers included) and the docs
+#
+# What it installs when missing: protobuf-compiler (etcd-client's build needs protoc), and the
+# etcd 3.5.16 and 3.4.23 binaries (Debian packages, unpacked into ~/.cache/leasehold by
+# deploy/fetch-etcd.sh; nothing is installed system-wide). The tests need a running Docker
+# engine and fail, loudly, without one.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+here=$(pwd)
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+fail() { printf 'dev.sh: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else fail "need root (or sudo) to run: $*"
+  fi
+}
+
+ensure_toolchain() {
+  command -v cargo >/dev/null || fail "needs a Rust toolchain (cargo) on PATH"
+}
+
+ensure_protoc() {
+  command -v protoc >/dev/null && return
+  say "installing protobuf-compiler (etcd-client's build needs protoc)"
+  command -v apt-get >/dev/null || fail "protoc is missing: install protobuf-compiler"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+}
+
+etcd_binary() {
+  bash "$here/deploy/fetch-etcd.sh" "$1"
+}
+
+ensure_docker() {
+  if command -v docker >/dev/null; then
+    docker info >/dev/null 2>&1 ||
+      fail "Docker is not reachable (docker info failed): the integration tests run etcd in containers"
+  elif [ ! -S "${DOCKER_HOST#unix://}" ] && [ ! -S /var/run/docker.sock ]; then
+    fail "no Docker socket found: the integration tests run etcd in containers"
+  fi
+}
+
+free_port() {
+  local port
+  for _ in $(seq 1 50); do
+    port=$((20000 + RANDOM % 10000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+  fail "found no free port on 127.0.0.1"
+}
+
+cmd_demo() {
+  ensure_toolchain
+  ensure_protoc
+  local etcd
+  etcd=$(etcd_binary 3.5.16)
+  say "building leasehold"
+  cargo build --quiet --bin leasehold
+
+  # Globals: the EXIT trap runs after this function has returned.
+  local client peer
+  dir=$(mktemp -d)
+  client=$(free_port)
+  peer=$(free_port)
+  say "starting a throwaway etcd on 127.0.0.1:$client (data in $dir)"
+  "$etcd" --name demo --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "demo=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+  pid=$!
+  demo_cleanup() {
+    local rc=$?
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
+    exit "$rc"
+  }
+  trap demo_cleanup EXIT
+  trap 'exit 130' INT TERM
+
+  say "leasehold status"
+  ./target/debug/leasehold status --endpoints "http://127.0.0.1:$client" --connect-timeout 15
+}
+
+cmd_test() {
+  ensure_toolchain
+  ensure_protoc
+  say "etcd binaries for the test images"
+  etcd_binary 3.5.16 >/dev/null
+  etcd_binary 3.4.23 >/dev/null
+  ensure_docker
+
+  say "cargo fmt --check"
+  cargo fmt --all -- --check
+  say "cargo clippy"
+  cargo clippy --all-targets --all-features -- -D warnings
+  say "cargo test (unit and integration; etcd in containers)"
+  # Every harness operation is bounded; this bounds the whole run should anything still hang.
+  timeout --signal=INT --kill-after=60 45m cargo test --all-features
+  say "cargo doc"
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+
+  if command -v docker >/dev/null; then
+    local leftovers
+    leftovers=$(docker ps -aq --filter label=org.leasehold.testing | wc -l)
+    [ "$leftovers" = 0 ] || say "warning: $leftovers test containers were left behind (label org.leasehold.testing)"
+  fi
+  say "all checks passed"
+}
+
+case "${1:-}" in
+  demo) cmd_demo ;;
+  test) cmd_test ;;
+  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac
