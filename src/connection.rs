@@ -125,7 +125,10 @@ pub struct NamespaceStatus {
 
 struct Member {
     endpoint: String,
+    /// For unary requests: each bounded by the request timeout.
     client: Client,
+    /// For keepalive and watch streams, which live indefinitely: no request timeout.
+    streams: Client,
 }
 
 /// A connection to one etcd cluster, failing over between its endpoints; cheap to clone.
@@ -172,27 +175,33 @@ impl Connection {
         if options.endpoints.is_empty() {
             return Err(ConnectError::NoEndpoints);
         }
-        let client_options = etcd_client::ConnectOptions::new()
+        let stream_options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
-            .with_timeout(options.request_timeout)
             // HTTP/2 pings find dead connections; etcd drops clients that ping more often than
             // every 5 s.
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true)
             // A member cut off from the leader fails fast with "no leader" (definitely not
-            // applied) instead of stalling.
+            // applied) instead of stalling, and cancels watches rather than starving them.
             .with_require_leader(true);
+        let client_options = stream_options.clone().with_timeout(options.request_timeout);
         let mut members = Vec::with_capacity(options.endpoints.len());
         for endpoint in &options.endpoints {
             // etcd-client dials lazily: this validates the URL and opens nothing yet.
+            let invalid = |source| ConnectError::InvalidEndpoint {
+                endpoint: endpoint.clone(),
+                source,
+            };
             let client = Client::connect([endpoint.as_str()], Some(client_options.clone()))
                 .await
-                .map_err(|source| ConnectError::InvalidEndpoint {
-                    endpoint: endpoint.clone(),
-                    source,
-                })?;
+                .map_err(invalid)?;
+            let streams = Client::connect([endpoint.as_str()], Some(stream_options.clone()))
+                .await
+                .map_err(invalid)?;
             members.push(Member {
                 endpoint: endpoint.clone(),
                 client,
+                streams,
             });
         }
         let connection = Self {
@@ -292,6 +301,21 @@ impl Connection {
             owned_workspaces,
             keys,
         })
+    }
+
+    /// The client for long-lived streams of the preferred endpoint, and that endpoint.
+    pub(crate) fn stream_client(&self) -> (Client, String) {
+        let member = &self.members[self.preferred.load(Ordering::Relaxed) % self.members.len()];
+        (member.streams.clone(), member.endpoint.clone())
+    }
+
+    /// Moves the preference to the next endpoint (after a stream failed or stalled on this
+    /// one).
+    pub(crate) fn rotate(&self) {
+        let n = self.members.len();
+        let _ = self
+            .preferred
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
     }
 
     /// Runs an idempotent request, failing over between endpoints (see [`Connection`]).

@@ -9,6 +9,13 @@
 //! `leasehold` command prints the whole chain).
 
 use std::fmt;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::connection::ConnectError;
+use crate::keys::InvalidNamespaceError;
+use crate::lease::{Epoch, LossReason, MarginError};
 
 /// What a failed etcd request means for its effect, and whether retrying can help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +108,102 @@ impl EtcdError {
     pub fn is_compacted(&self) -> bool {
         status_message(&self.source).is_some_and(|m| m.contains(ETCD_COMPACTED))
     }
+}
+
+/// The session is owned by someone else. Transient: it may be released later (see
+/// [`Store::acquire_lease_wait`](crate::Store::acquire_lease_wait)).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("session {session_id} is held at epoch {holder_epoch}")]
+pub struct LeaseHeldError {
+    /// The session.
+    pub session_id: Uuid,
+    /// The holder's epoch: its owner key's `create_revision`.
+    pub holder_epoch: Epoch,
+}
+
+/// The lease is no longer valid: lost, or past its local deadline. Permanent for this lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the lease on session {session_id} at epoch {epoch} is no longer valid")]
+pub struct LeaseLostError {
+    /// The session.
+    pub session_id: Uuid,
+    /// The lease's epoch.
+    pub epoch: Epoch,
+    /// Why it was lost; `None` when its deadline passed and the loss is not yet recorded.
+    pub reason: Option<LossReason>,
+}
+
+/// [`Store::acquire_lease`](crate::Store::acquire_lease) or
+/// [`acquire_lease_wait`](crate::Store::acquire_lease_wait) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// Someone else owns the session. Transient.
+    #[error(transparent)]
+    Held(#[from] LeaseHeldError),
+    /// The store's node lease is not valid right now (lost and being replaced, or past its
+    /// deadline). Transient: a fresh node lease is granted in the background.
+    #[error("the node lease is not valid; retry once a fresh one is granted")]
+    NodeLeaseInvalid,
+    /// etcd failed the request; see the error's [`FailureClass`]. Transient or permanent.
+    #[error("acquire failed")]
+    Etcd(#[source] EtcdError),
+    /// The acquisition's outcome stayed unknown after re-sending it. If it committed, the key
+    /// is deleted in the background. Outcome unknown: retrying is safe.
+    #[error("the acquisition's outcome is unknown")]
+    OutcomeUnknown(#[source] EtcdError),
+    /// The session stayed held until the deadline. Transient.
+    #[error("session {session_id} was still held at the deadline ({waited:?})")]
+    TimedOut {
+        /// The session.
+        session_id: Uuid,
+        /// How long the standby waited.
+        waited: Duration,
+    },
+    /// The store was closed. Permanent.
+    #[error("the store is closed")]
+    StoreClosed,
+}
+
+/// [`Lease::release`](crate::Lease::release) could not confirm the delete of the owner key.
+/// The lease is released locally all the same; the delete is retried in the background.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// The guarded delete failed; it is retried in the background until confirmed or the node
+    /// lease is gone. Transient.
+    #[error("the owner key's delete is deferred to the background")]
+    Deferred(#[source] EtcdError),
+}
+
+/// [`Store::connect`](crate::Store::connect) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The namespace is not valid. Permanent.
+    #[error(transparent)]
+    Namespace(#[from] InvalidNamespaceError),
+    /// The TTL is below etcd's minimum of 2 s, or not a whole number of seconds. Permanent.
+    #[error("node lease TTL {ttl:?} is invalid: etcd takes whole seconds, at least 2")]
+    InvalidTtl {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// The node name is empty or has a newline. Permanent.
+    #[error("invalid node name {node:?}: it must be non-empty and on one line")]
+    InvalidNode {
+        /// The name as given.
+        node: String,
+    },
+    /// The safety margin leaves no room to renew. Permanent for these settings.
+    #[error(transparent)]
+    Margin(#[from] MarginError),
+    /// etcd could not be reached. Transient.
+    #[error("cannot connect to etcd")]
+    Connect(#[source] ConnectError),
+    /// Granting the node lease failed. Transient or permanent as its class says.
+    #[error("cannot grant the node lease")]
+    Grant(#[source] EtcdError),
 }
 
 // etcd's canonical error descriptions (server/etcdserver/api/v3rpc/rpctypes). etcd reports these

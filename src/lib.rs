@@ -35,11 +35,17 @@
 mod connection;
 mod error;
 pub mod keys;
+pub mod lease;
+pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use connection::{
     ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
 };
-pub use error::{EtcdError, FailureClass};
+pub use error::{
+    AcquireError, EtcdError, FailureClass, LeaseHeldError, LeaseLostError, ReleaseError, StoreError,
+};
 pub use keys::{InvalidNamespaceError, Namespace};
+pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
+pub use store::{Store, StoreOptions};

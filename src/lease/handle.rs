@@ -1,0 +1,96 @@
+//! The owner's handle of a session lease.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::{Epoch, LeaseState, LossReason, Lost, Ownership};
+use crate::error::ReleaseError;
+use crate::store::StoreShared;
+
+/// Ownership of one session, held by the node that acquired it.
+///
+/// Dropping the handle without [`release`](Self::release) releases the lease in the
+/// background, so a forgotten session does not stay owned until its node dies.
+pub struct Lease {
+    state: Arc<LeaseState>,
+    store: Arc<StoreShared>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("session", &self.state.session)
+            .field("epoch", &self.state.epoch)
+            .field("valid", &self.is_valid())
+            .field("lost", &self.state.loss_reason())
+            .finish()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(state: Arc<LeaseState>, store: Arc<StoreShared>) -> Self {
+        Self { state, store }
+    }
+
+    /// The session this lease owns.
+    pub fn session_id(&self) -> Uuid {
+        self.state.session
+    }
+
+    /// The lease's epoch: the owner key's `create_revision`.
+    pub fn epoch(&self) -> Epoch {
+        self.state.epoch
+    }
+
+    /// Whether the lease is held and inside its local validity deadline. No I/O, no lock:
+    /// two atomic loads and a clock read.
+    pub fn is_valid(&self) -> bool {
+        self.state.is_valid()
+    }
+
+    /// Resolves when the lease is lost, with the reason; see [`Lost`].
+    pub fn lost(&self) -> Lost {
+        self.state.lost()
+    }
+
+    /// The reason the lease was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.state.loss_reason()
+    }
+
+    /// The owner key, `{ns}/owners/{session}`.
+    pub fn owner_key(&self) -> &str {
+        &self.state.owner_key
+    }
+
+    /// A read-only view of this ownership that cannot release it: what the journal and object
+    /// GC receive.
+    pub fn ownership(&self) -> Ownership {
+        Ownership::new(self.state.clone())
+    }
+
+    /// Releases the lease. Idempotent.
+    ///
+    /// The first call marks the lease lost ([`LossReason::Released`]) and resolves
+    /// [`lost`](Self::lost) *before* deleting the owner key, so there is no instant at which
+    /// a successor owns the session while this handle still says it is valid. The delete is
+    /// guarded by `create_revision == epoch`, so it can never remove a successor's key. If the
+    /// delete fails, it is retried in the background until confirmed or the node lease is gone
+    /// (which deletes the key too), and this call returns [`ReleaseError::Deferred`]; later
+    /// calls return `Ok(())`.
+    pub async fn release(&self) -> Result<(), ReleaseError> {
+        if !self.state.release() {
+            return Ok(());
+        }
+        self.store.release(&self.state).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.state.release() {
+            self.store.release_in_background(&self.state);
+        }
+    }
+}

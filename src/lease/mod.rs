@@ -1,0 +1,90 @@
+//! Session leases: one live owner per session, fenced by a revision epoch.
+//!
+//! A [`Lease`] is held by the node that acquired a session through
+//! [`Store::acquire_lease`](crate::Store::acquire_lease). Its [`Epoch`] is the owner key's
+//! `create_revision`: every acquisition creates the key anew, at a higher revision, so epochs
+//! strictly increase across handovers and fence stale owners wherever a write compares them.
+//!
+//! A lease is valid while its node lease is valid: attaching a key to the node lease renews
+//! nothing, so [`Lease::is_valid`] is the node lease's local deadline (see `Validity`), checked
+//! without I/O, and false for good once the lease is lost. [`Lease::lost`] resolves with the
+//! first [`LossReason`] that applies:
+//!
+//! | reason | what told |
+//! | --- | --- |
+//! | [`Released`](LossReason::Released) | [`Lease::release`], or the handle was dropped |
+//! | [`Revoked`](LossReason::Revoked) | the watch saw the owner key deleted by someone else (or the node lease revoked, which deletes it) |
+//! | [`Overtaken`](LossReason::Overtaken) | the watch saw the owner key created anew: another owner, a newer epoch |
+//! | [`Expired`](LossReason::Expired) | the local validity deadline passed without a renewal |
+//! | [`KeepaliveFailed`](LossReason::KeepaliveFailed) | etcd answered a keepalive saying the node lease is gone |
+//! | [`StoreClosed`](LossReason::StoreClosed) | the [`Store`](crate::Store) was closed or dropped |
+//!
+//! The journal and object GC receive only an [`Ownership`]: the same session, epoch, validity
+//! and loss signal, and a [`guard`](Ownership::guard) that makes an etcd transaction
+//! conditional on still owning, but no way to release the lease.
+
+mod handle;
+mod ownership;
+mod state;
+pub(crate) mod validity;
+
+use std::fmt;
+
+pub use handle::Lease;
+pub use ownership::Ownership;
+pub use state::Lost;
+pub(crate) use state::{LeaseState, NodeLease};
+pub use validity::MarginError;
+
+/// A lease's epoch: the etcd revision at which its owner key was created. Strictly increasing
+/// across the owners of one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(pub u64);
+
+impl Epoch {
+    /// The epoch as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    pub(crate) fn revision(self) -> i64 {
+        self.0 as i64
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Why a lease was lost. The first reason that applies wins; it never changes afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Released by its holder ([`Lease::release`] or dropping the handle).
+    Released,
+    /// The owner key was deleted by someone else, or the node lease was revoked.
+    Revoked,
+    /// Another owner created the owner key anew (a newer epoch).
+    Overtaken,
+    /// The local validity deadline passed without a renewal.
+    Expired,
+    /// etcd said the node lease is gone when it was renewed.
+    KeepaliveFailed,
+    /// The store that held the lease was closed.
+    StoreClosed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Released => "released",
+            LossReason::Revoked => "revoked",
+            LossReason::Overtaken => "overtaken",
+            LossReason::Expired => "expired",
+            LossReason::KeepaliveFailed => "keepalive failed",
+            LossReason::StoreClosed => "store closed",
+        })
+    }
+}

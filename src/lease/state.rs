@@ -1,0 +1,236 @@
+//! The state a lease's handles share with the store's tasks.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, Shared};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Epoch, LossReason};
+
+/// One generation of a store's node lease, as its handles see it. The keepalive task moves the
+/// deadline; readers need no lock.
+#[derive(Debug)]
+pub(crate) struct NodeLease {
+    pub(crate) id: i64,
+    origin: Instant,
+    /// The validity deadline, in nanoseconds after `origin`.
+    valid_until: AtomicU64,
+    lost: AtomicBool,
+}
+
+impl NodeLease {
+    pub(crate) fn new(id: i64, valid_until: Instant) -> Self {
+        let origin = Instant::now();
+        let lease = Self {
+            id,
+            origin,
+            valid_until: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+        };
+        lease.set_valid_until(valid_until);
+        lease
+    }
+
+    pub(crate) fn set_valid_until(&self, until: Instant) {
+        let nanos = until.saturating_duration_since(self.origin).as_nanos();
+        self.valid_until
+            .fetch_max(nanos.min(u64::MAX as u128) as u64, Ordering::AcqRel);
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
+    /// Marks this generation lost for good: it is never renewed again.
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Not lost and before its deadline. No I/O, no lock.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.is_lost() && Instant::now() < self.valid_until()
+    }
+}
+
+/// Resolves with the [`LossReason`] once a lease is lost; cheap to clone, and every clone can
+/// be awaited (each resolves with the same reason). Like `tokio::sync::watch`, it observes the
+/// latest state: awaiting it after the loss resolves at once.
+#[derive(Clone)]
+pub struct Lost(Shared<BoxFuture<'static, LossReason>>);
+
+impl std::fmt::Debug for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lost").field(&self.0.peek()).finish()
+    }
+}
+
+impl Future for Lost {
+    type Output = LossReason;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// What every handle of one lease shares.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) session: Uuid,
+    pub(crate) epoch: Epoch,
+    pub(crate) owner_key: String,
+    /// The nonce written into the owner key's value by the acquisition.
+    pub(crate) nonce: Uuid,
+    pub(crate) node: Arc<NodeLease>,
+    lost_flag: AtomicBool,
+    released: AtomicBool,
+    reason: watch::Sender<Option<LossReason>>,
+    lost: Lost,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        session: Uuid,
+        epoch: Epoch,
+        owner_key: String,
+        nonce: Uuid,
+        node: Arc<NodeLease>,
+    ) -> Arc<Self> {
+        let (reason, mut receiver) = watch::channel(None);
+        let lost = async move {
+            match receiver.wait_for(Option::is_some).await {
+                Ok(reason) => reason.expect("waited for Some"),
+                // The sender lives as long as any handle; gone means everything is gone.
+                Err(_) => LossReason::StoreClosed,
+            }
+        }
+        .boxed()
+        .shared();
+        Arc::new(Self {
+            session,
+            epoch,
+            owner_key,
+            nonce,
+            node,
+            lost_flag: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            reason,
+            lost: Lost(lost),
+        })
+    }
+
+    /// Records the loss; the first reason wins. Returns whether this call lost the lease.
+    pub(crate) fn lose(&self, reason: LossReason) -> bool {
+        // The flag goes first, so is_valid() is false before anyone can observe the reason.
+        self.lost_flag.store(true, Ordering::Release);
+        let first = self.reason.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first {
+            tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
+        }
+        first
+    }
+
+    /// Marks the lease released by its holder; true on the first call only.
+    pub(crate) fn release(&self) -> bool {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.lose(LossReason::Released);
+        true
+    }
+
+    pub(crate) fn released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.lost_flag.load(Ordering::Acquire) && self.node.is_valid()
+    }
+
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        *self.reason.borrow()
+    }
+
+    pub(crate) fn lost(&self) -> Lost {
+        self.lost.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(valid_for: Duration) -> Arc<LeaseState> {
+        let node = Arc::new(NodeLease::new(7, Instant::now() + valid_for));
+        LeaseState::new(
+            Uuid::nil(),
+            Epoch(42),
+            "ns/owners/x".into(),
+            Uuid::nil(),
+            node,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_follows_the_node_lease_deadline() {
+        let lease = state(Duration::from_secs(5));
+        assert!(lease.is_valid());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(
+            !lease.is_valid(),
+            "invalid at the deadline, with no event at all"
+        );
+        lease
+            .node
+            .set_valid_until(Instant::now() + Duration::from_secs(1));
+        assert!(lease.is_valid(), "a renewal extends it");
+        lease.node.mark_lost();
+        assert!(!lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_loss_reason_wins_and_every_waiter_sees_it() {
+        let lease = state(Duration::from_secs(5));
+        let (a, b) = (lease.lost(), lease.lost());
+        let early = tokio::spawn(a);
+        assert!(lease.lose(LossReason::Overtaken));
+        assert!(!lease.lose(LossReason::Revoked));
+        assert!(!lease.is_valid());
+        assert_eq!(early.await.unwrap(), LossReason::Overtaken);
+        assert_eq!(b.await, LossReason::Overtaken);
+        assert_eq!(
+            lease.lost().await,
+            LossReason::Overtaken,
+            "late waiters resolve at once"
+        );
+        assert_eq!(lease.loss_reason(), Some(LossReason::Overtaken));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_is_idempotent_and_loses_the_lease_first() {
+        let lease = state(Duration::from_secs(5));
+        assert!(lease.release());
+        assert!(!lease.is_valid());
+        assert!(!lease.release());
+        assert!(lease.released());
+        assert_eq!(lease.lost().await, LossReason::Released);
+    }
+}

@@ -1,0 +1,206 @@
+//! The node lease: granted once per generation, kept alive on one stream, replaced when lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use super::StoreShared;
+use crate::connection::Connection;
+use crate::error::EtcdError;
+use crate::lease::validity::{self, MarginError, Renewal, Validity};
+use crate::lease::{LossReason, NodeLease};
+
+pub(super) enum GrantError {
+    Etcd(EtcdError),
+    Margin(MarginError),
+}
+
+/// Grants a node lease and checks the margin against the TTL etcd granted and the grant's
+/// round trip.
+pub(super) async fn grant(
+    connection: &Connection,
+    ttl: Duration,
+    margin: Duration,
+) -> Result<(Arc<NodeLease>, Validity), GrantError> {
+    let sent = Instant::now();
+    // A grant whose outcome is unknown leaks at most a lease that expires by itself after its
+    // TTL, with no key attached: granting is safe to retry.
+    let (id, granted) = connection
+        .read("grant", |mut client, _| async move {
+            let response = client.lease_grant(ttl.as_secs() as i64, None).await?;
+            Ok((response.id(), response.ttl()))
+        })
+        .await
+        .map_err(GrantError::Etcd)?;
+    let granted = Duration::from_secs(granted.max(0) as u64);
+    if let Err(error) = validity::check_margin(granted, margin, sent.elapsed()) {
+        revoke(connection, id).await;
+        return Err(GrantError::Margin(error));
+    }
+    let validity = Validity::granted(sent, granted, margin);
+    Ok((
+        Arc::new(NodeLease::new(id, validity.valid_until())),
+        validity,
+    ))
+}
+
+/// Revokes a node lease, best effort and bounded: deleting every key attached to it.
+pub(super) async fn revoke(connection: &Connection, id: i64) {
+    let revoked = timeout(
+        Duration::from_secs(3),
+        connection.write("revoke", |mut client, _| async move {
+            client.lease_revoke(id).await
+        }),
+    )
+    .await;
+    match revoked {
+        Ok(Ok(_)) => tracing::debug!(lease = id, "node lease revoked"),
+        Ok(Err(error)) => tracing::debug!(lease = id, %error, "revoking the node lease failed"),
+        Err(_) => tracing::debug!(lease = id, "revoking the node lease timed out"),
+    }
+}
+
+enum End {
+    Lost(LossReason),
+    Shutdown,
+}
+
+/// The keepalive task: keeps each generation of the node lease alive until it is lost, then
+/// replaces it; on shutdown, loses every lease and revokes the node lease.
+pub(super) async fn run(
+    shared: Arc<StoreShared>,
+    mut node: Arc<NodeLease>,
+    mut validity: Validity,
+) {
+    loop {
+        let end = keep_alive(&shared, &node, &mut validity).await;
+        // Never renew this lease ID again: the server may still hold it, but our view of its
+        // validity is gone.
+        node.mark_lost();
+        shared.set_current_node(None);
+        match end {
+            End::Shutdown => {
+                shared.lose_all(None, LossReason::StoreClosed);
+                revoke(&shared.connection, node.id).await;
+                return;
+            }
+            End::Lost(reason) => {
+                tracing::warn!(lease = node.id, %reason, "node lease lost; granting a fresh one");
+                shared.lose_all(Some(node.id), reason);
+                // Otherwise its owner keys would outlive every handle (zombie ownership).
+                revoke(&shared.connection, node.id).await;
+            }
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let granted = tokio::select! {
+                granted = grant(&shared.connection, shared.ttl, shared.margin) => granted,
+                _ = shared.shutdown.cancelled() => return,
+            };
+            match granted {
+                Ok((fresh, fresh_validity)) => {
+                    tracing::info!(lease = fresh.id, "fresh node lease granted");
+                    (node, validity) = (fresh, fresh_validity);
+                    shared.set_current_node(Some(node.clone()));
+                    break;
+                }
+                Err(GrantError::Etcd(error)) => {
+                    tracing::warn!(%error, "granting a fresh node lease failed; retrying");
+                }
+                Err(GrantError::Margin(error)) => {
+                    tracing::warn!(%error, "the granted TTL leaves no room for the margin; retrying");
+                }
+            }
+            tokio::select! {
+                _ = sleep(backoff) => {}
+                _ = shared.shutdown.cancelled() => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Keeps one node lease generation alive until it is lost or the store shuts down.
+async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Validity) -> End {
+    let every = validity.renew_every();
+    loop {
+        // --- (re)open the stream; the opening request is itself a renewal.
+        validity.stream_reset();
+        let (mut client, endpoint) = shared.connection.stream_client();
+        let sent = Instant::now();
+        let opened = tokio::select! {
+            opened = timeout(every, client.lease_keep_alive(node.id)) => opened,
+            _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
+            _ = shared.shutdown.cancelled() => return End::Shutdown,
+        };
+        let (mut keeper, mut stream) = match opened {
+            Ok(Ok(opened)) => opened,
+            // etcd-client reports a TTL ≤ 0 on the opening reply this way: the lease is gone.
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+                if message == "lease not found" =>
+            {
+                return End::Lost(LossReason::KeepaliveFailed);
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%endpoint, %error, "opening the keepalive stream failed");
+                shared.connection.rotate();
+                tokio::select! {
+                    _ = sleep(Duration::from_millis(100)) => {}
+                    _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
+                    _ = shared.shutdown.cancelled() => return End::Shutdown,
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(%endpoint, "opening the keepalive stream stalled");
+                shared.connection.rotate();
+                continue;
+            }
+        };
+        // The opening reply renewed the lease with its TTL (etcd-client keeps only its ID).
+        validity.sent(sent);
+        if let Renewal::Renewed { valid_until } = validity.replied(validity.ttl().as_secs() as i64)
+        {
+            node.set_valid_until(valid_until);
+        }
+
+        // --- renew every TTL/3 until the stream fails or stalls
+        let mut next = sent + every;
+        loop {
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => return End::Shutdown,
+                _ = sleep_until(validity.valid_until()) => {
+                    if !validity.is_valid_at(Instant::now()) {
+                        return End::Lost(LossReason::Expired);
+                    }
+                }
+                _ = sleep_until(next) => {
+                    let now = Instant::now();
+                    if validity.oldest_outstanding().is_some_and(|oldest| now - oldest >= every) {
+                        tracing::debug!(%endpoint, "keepalive unanswered for a whole interval; re-opening");
+                        shared.connection.rotate();
+                        break;
+                    }
+                    validity.sent(now);
+                    if keeper.keep_alive().await.is_err() {
+                        break;
+                    }
+                    next = now + every;
+                }
+                reply = stream.message() => match reply {
+                    Ok(Some(reply)) => match validity.replied(reply.ttl()) {
+                        Renewal::Renewed { valid_until } => node.set_valid_until(valid_until),
+                        Renewal::Gone => return End::Lost(LossReason::KeepaliveFailed),
+                        Renewal::Unexpected => {}
+                    },
+                    Ok(None) | Err(_) => {
+                        tracing::debug!(%endpoint, "keepalive stream ended; re-opening");
+                        shared.connection.rotate();
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The etcd adapter: one [`Store`] per node.
+//!
+//! A store grants ONE etcd lease for its node (the *node lease*) and keeps it alive on one
+//! keepalive stream; every owner key it creates is attached to that lease, so one store holding
+//! a thousand sessions costs etcd one lease and one stream. It runs one watch on
+//! `{ns}/owners/`, which tells it when one of its sessions is deleted or overtaken and wakes its
+//! standby acquisitions.
+//!
+//! # Acquire
+//!
+//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease)
+//! else get(owner)`. On success the epoch is the transaction's revision (the key's
+//! `create_revision`); otherwise [`LeaseHeldError`] carries the holder's epoch. The value holds
+//! this store's id and a fresh nonce. An acquisition whose outcome is unknown is resolved by
+//! re-sending the byte-identical transaction: at most one of the two can commit, and a failed
+//! compare reads the key back in the same transaction — our nonce means it was ours. A key of
+//! this store that no handle adopts (an acquisition that gave up while its transaction was
+//! still in flight) is deleted in the background, guarded by its value.
+//!
+//! Acquisitions run on a task of the store, so dropping the future of an acquisition cannot
+//! leave a committed owner key behind: a lease nobody receives is released.
+//!
+//! # Keepalive and the validity deadline
+//!
+//! See `lease::validity`: the deadline is the send instant of the request a reply answers plus
+//! the granted TTL minus the safety margin; renewals go out every TTL/3. A stream that errs,
+//! ends, or leaves a renewal unanswered for a whole interval is re-opened on the next endpoint.
+//! When the deadline passes with no renewal, or etcd says the lease is gone, every lease of the
+//! node is lost ([`Expired`](crate::LossReason::Expired),
+//! [`KeepaliveFailed`](crate::LossReason::KeepaliveFailed)), that lease ID is never renewed
+//! again (it is revoked, best effort) and a fresh node lease is granted for later acquisitions.
+//!
+//! # Watch
+//!
+//! Every (re)start of the watch first reads all owner keys linearizably at a revision R and
+//! reconciles the sessions it cares about with what it read, then watches from R + 1, so no
+//! change is missed across a restart, a compaction or a member change. The watch is created
+//! with `require_leader`, so a member cut off from the leader cancels it instead of stalling
+//! it, and the store moves to another endpoint.
+
+mod cleanup;
+mod keepalive;
+mod owner_value;
+mod owner_watch;
+mod registry;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::connection::{ConnectOptions, Connection, RetryPolicy};
+use crate::error::{
+    AcquireError, EtcdError, FailureClass, LeaseHeldError, ReleaseError, StoreError,
+};
+use crate::keys::Namespace;
+use crate::lease::{Epoch, Lease, LeaseState, LossReason, NodeLease, validity};
+use cleanup::Cleanup;
+use owner_value::OwnerValue;
+use registry::{Orphan, Registry};
+
+/// How a [`Store`] connects and keeps its leases.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// etcd client URLs.
+    pub endpoints: Vec<String>,
+    /// The namespace all keys live under.
+    pub namespace: Namespace,
+    /// This node's name, written into owner keys for people to read.
+    pub node: String,
+    /// The node lease's TTL: whole seconds, at least 2 (etcd's minimum). Default 10 s.
+    pub ttl: Duration,
+    /// Subtracted from every validity deadline; must be below 2·TTL/3 minus a round trip.
+    /// Default 1 s.
+    pub margin: Duration,
+    /// How often a standby acquisition re-checks without a watch event (a backstop against a
+    /// lost event, not a poll). Default 5 s.
+    pub standby_recheck: Duration,
+    /// How long one unary etcd request may take. Default 5 s.
+    pub request_timeout: Duration,
+    /// Retries of idempotent requests.
+    pub retry: RetryPolicy,
+}
+
+impl StoreOptions {
+    /// Options with the defaults, for `endpoints`, the default namespace and the host's name.
+    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            namespace: Namespace::default(),
+            node: default_node_name(),
+            ttl: Duration::from_secs(10),
+            margin: Duration::from_secs(1),
+            standby_recheck: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Sets the namespace.
+    pub fn with_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Sets the node name.
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        self.node = node.into();
+        self
+    }
+
+    /// Sets the node lease's TTL and the safety margin.
+    pub fn with_ttl(mut self, ttl: Duration, margin: Duration) -> Self {
+        self.ttl = ttl;
+        self.margin = margin;
+        self
+    }
+
+    fn validate(&self) -> Result<(), StoreError> {
+        if self.ttl < Duration::from_secs(2) || self.ttl.subsec_nanos() != 0 {
+            return Err(StoreError::InvalidTtl { ttl: self.ttl });
+        }
+        if self.node.is_empty() || self.node.contains(['\n', '\r']) {
+            return Err(StoreError::InvalidNode {
+                node: self.node.clone(),
+            });
+        }
+        validity::check_margin(self.ttl, self.margin, Duration::ZERO)?;
+        Ok(())
+    }
+}
+
+fn default_node_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("node-{}", &Uuid::new_v4().simple().to_string()[..8]))
+}
+
+/// What a store's handles and tasks share.
+pub(crate) struct StoreShared {
+    pub(crate) connection: Connection,
+    pub(crate) namespace: Namespace,
+    pub(crate) node: String,
+    /// This store instance, written into its owner values.
+    pub(crate) id: Uuid,
+    pub(crate) ttl: Duration,
+    pub(crate) margin: Duration,
+    standby_recheck: Duration,
+    current: Mutex<Option<Arc<NodeLease>>>,
+    pub(crate) registry: Mutex<Registry>,
+    cleanup: mpsc::UnboundedSender<Cleanup>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+}
+
+/// One node's connection to leasehold on etcd: grants and keeps the node lease, watches owner
+/// keys, acquires and releases session leases. See the [module docs](crate::store) for the
+/// protocol.
+///
+/// Dropping the store closes it in the background; [`close`](Self::close) does the same and
+/// waits for it.
+pub struct Store {
+    shared: Arc<StoreShared>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("namespace", &self.shared.namespace)
+            .field("node", &self.shared.node)
+            .field("node_lease", &self.node_lease_id())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Connects, grants the node lease and starts the keepalive and watch tasks.
+    pub async fn connect(options: StoreOptions) -> Result<Self, StoreError> {
+        options.validate()?;
+        let mut connect = ConnectOptions::new(options.endpoints.clone()).with_retry(options.retry);
+        connect.request_timeout = options.request_timeout;
+        let connection = Connection::connect(connect)
+            .await
+            .map_err(StoreError::Connect)?;
+        let (node, validity) = keepalive::grant(&connection, options.ttl, options.margin)
+            .await
+            .map_err(|error| match error {
+                keepalive::GrantError::Etcd(e) => StoreError::Grant(e),
+                keepalive::GrantError::Margin(e) => StoreError::Margin(e),
+            })?;
+        let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
+        let shared = Arc::new(StoreShared {
+            connection,
+            namespace: options.namespace,
+            node: options.node,
+            id: Uuid::new_v4(),
+            ttl: validity.ttl(),
+            margin: options.margin,
+            standby_recheck: options.standby_recheck,
+            current: Mutex::new(Some(node.clone())),
+            registry: Mutex::new(Registry::default()),
+            cleanup,
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        tracing::info!(node = %shared.node, lease = node.id, ttl = ?shared.ttl, "store connected");
+        shared
+            .tasks
+            .spawn(keepalive::run(shared.clone(), node, validity));
+        shared.tasks.spawn(owner_watch::run(shared.clone()));
+        shared
+            .tasks
+            .spawn(cleanup::run(shared.clone(), cleanup_jobs));
+        Ok(Self { shared })
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.shared.namespace
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// The connection, for reads of your own (and tests).
+    pub fn connection(&self) -> &Connection {
+        &self.shared.connection
+    }
+
+    /// The ID of the current node lease, while there is one. It changes when a lost node
+    /// lease is replaced.
+    pub fn node_lease_id(&self) -> Option<i64> {
+        self.shared.current_node().map(|node| node.id)
+    }
+
+    /// Whether the current node lease is valid (acquisitions need it).
+    pub fn is_node_lease_valid(&self) -> bool {
+        self.shared
+            .current_node()
+            .is_some_and(|node| node.is_valid())
+    }
+
+    /// The TTL etcd granted the node lease.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The number of session leases held now.
+    pub fn held_sessions(&self) -> usize {
+        self.shared.registry.lock().expect("not poisoned").held()
+    }
+
+    /// Acquires `session` if nobody owns it. One transaction; see the module docs.
+    pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
+        if self.shared.shutdown.is_cancelled() {
+            return Err(AcquireError::StoreClosed);
+        }
+        let shared = self.shared.clone();
+        // On a task of the store: if this future is dropped, the task still finishes and a
+        // lease nobody receives is dropped, which releases it.
+        let attempt = self
+            .shared
+            .tasks
+            .spawn(async move { shared.clone().acquire(session).await });
+        match attempt.await {
+            Ok(result) => result,
+            Err(_) => Err(AcquireError::StoreClosed),
+        }
+    }
+
+    /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
+    /// delete (one watch event, then one transaction), with a slow re-check every
+    /// `standby_recheck` as a backstop against a lost event. Gives up with
+    /// [`AcquireError::TimedOut`] after `timeout`; dropping the future cancels it.
+    pub async fn acquire_lease_wait(
+        &self,
+        session: Uuid,
+        timeout: Duration,
+    ) -> Result<Lease, AcquireError> {
+        let deadline = Instant::now() + timeout;
+        let waiter = Arc::new(Notify::new());
+        let _standby = Standby::register(&self.shared, session, waiter.clone());
+        loop {
+            match self.acquire_lease(session).await {
+                Ok(lease) => return Ok(lease),
+                Err(AcquireError::Held(_) | AcquireError::NodeLeaseInvalid) => {}
+                Err(AcquireError::OutcomeUnknown(e) | AcquireError::Etcd(e))
+                    if e.class() != FailureClass::Permanent => {}
+                Err(error) => return Err(error),
+            }
+            tokio::select! {
+                _ = waiter.notified() => {}
+                _ = tokio::time::sleep(self.shared.standby_recheck) => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(AcquireError::TimedOut { session_id: session, waited: timeout });
+                }
+                _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
+            }
+        }
+    }
+
+    /// Closes the store: every lease it holds is lost ([`LossReason::StoreClosed`]), the node
+    /// lease is revoked (which deletes every owner key attached to it) and the tasks end.
+    /// Idempotent.
+    pub async fn close(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Signal only: the keepalive task loses the leases and revokes the node lease.
+        self.shared.shutdown.cancel();
+        self.shared.tasks.close();
+    }
+}
+
+/// Removes a standby's registration when its acquisition ends or is dropped.
+struct Standby<'a> {
+    shared: &'a StoreShared,
+    session: Uuid,
+    waiter: Arc<Notify>,
+}
+
+impl<'a> Standby<'a> {
+    fn register(shared: &'a StoreShared, session: Uuid, waiter: Arc<Notify>) -> Self {
+        shared
+            .registry
+            .lock()
+            .expect("not poisoned")
+            .add_waiter(session, waiter.clone());
+        Self {
+            shared,
+            session,
+            waiter,
+        }
+    }
+}
+
+impl Drop for Standby<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut registry) = self.shared.registry.lock() {
+            registry.remove_waiter(self.session, &self.waiter);
+        }
+    }
+}
+
+/// How many times an acquisition with an unknown outcome is re-sent.
+const RESENDS: usize = 2;
+
+impl StoreShared {
+    pub(crate) fn current_node(&self) -> Option<Arc<NodeLease>> {
+        self.current.lock().expect("not poisoned").clone()
+    }
+
+    pub(crate) fn set_current_node(&self, node: Option<Arc<NodeLease>>) {
+        *self.current.lock().expect("not poisoned") = node;
+    }
+
+    async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+        let node = self
+            .current_node()
+            .filter(|node| node.is_valid())
+            .ok_or(AcquireError::NodeLeaseInvalid)?;
+        let key = self.namespace.owner_key(session);
+        let nonce = Uuid::new_v4();
+        let value = OwnerValue {
+            store: self.id,
+            nonce,
+            node: self.node.clone(),
+        }
+        .encode();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_lease(node.id)),
+            )])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+
+        self.registry
+            .lock()
+            .expect("not poisoned")
+            .begin_acquire(session);
+        let outcome = self.send_acquire(session, &txn, nonce).await;
+        let state = outcome
+            .as_ref()
+            .ok()
+            .map(|epoch| LeaseState::new(session, *epoch, key.clone(), nonce, node.clone()));
+        let orphans = self
+            .registry
+            .lock()
+            .expect("not poisoned")
+            .end_acquire(session, state.as_ref());
+        for orphan in orphans {
+            self.delete_orphan(orphan);
+        }
+        match (outcome, state) {
+            (Ok(epoch), Some(state)) => {
+                tracing::debug!(%session, %epoch, "acquired");
+                Ok(Lease::new(state, self.clone()))
+            }
+            (Err(error), _) => Err(error),
+            (Ok(_), None) => unreachable!("a state is made for every epoch"),
+        }
+    }
+
+    /// Sends the acquisition, re-sending it while its outcome is unknown.
+    async fn send_acquire(
+        &self,
+        session: Uuid,
+        txn: &Txn,
+        nonce: Uuid,
+    ) -> Result<Epoch, AcquireError> {
+        let mut attempts = 0;
+        loop {
+            let sent = self
+                .connection
+                .write("acquire", |mut client, _| {
+                    let txn = txn.clone();
+                    async move { client.txn(txn).await }
+                })
+                .await;
+            let response = match sent {
+                Ok(response) => response,
+                Err(error) if error.class() == FailureClass::OutcomeUnknown => {
+                    attempts += 1;
+                    if attempts > RESENDS {
+                        // If one of them still commits, the watch finds the key unadopted.
+                        return Err(AcquireError::OutcomeUnknown(error));
+                    }
+                    tracing::debug!(%session, %error, "acquisition outcome unknown; re-sending it");
+                    continue;
+                }
+                Err(error) => return Err(AcquireError::Etcd(error)),
+            };
+            if response.succeeded() {
+                let revision = response.header().map_or(0, |h| h.revision());
+                return Ok(Epoch(revision as u64));
+            }
+            let holder = response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                _ => None,
+            });
+            let Some(holder) = holder else {
+                // The compare saw a key that the get, in the same transaction, did not: etcd
+                // never does this. Report it as a failure rather than guess.
+                return Err(AcquireError::Etcd(EtcdError::new(
+                    "acquire",
+                    "(txn)",
+                    etcd_client::Error::Internal("owner key vanished inside a txn".into()),
+                )));
+            };
+            let epoch = Epoch(holder.create_revision() as u64);
+            if OwnerValue::decode(holder.value())
+                .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
+            {
+                // An earlier send of this same transaction committed: adopt it.
+                return Ok(epoch);
+            }
+            return Err(AcquireError::Held(LeaseHeldError {
+                session_id: session,
+                holder_epoch: epoch,
+            }));
+        }
+    }
+
+    /// Deletes the owner key if it still has this epoch.
+    async fn guarded_delete(&self, key: &str, epoch: Epoch) -> Result<bool, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key,
+                CompareOp::Equal,
+                epoch.revision(),
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        self.connection
+            .write("release", |mut client, _| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await.map(|r| r.succeeded()) }
+            })
+            .await
+    }
+
+    /// Releases a lease whose state is already marked released.
+    pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
+        self.registry.lock().expect("not poisoned").forget(state);
+        match self.guarded_delete(&state.owner_key, state.epoch).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                tracing::warn!(session = %state.session, %error, "release deferred to the background");
+                let _ = self.cleanup.send(Cleanup::Release(state.clone()));
+                Err(ReleaseError::Deferred(error))
+            }
+        }
+    }
+
+    /// Releases a dropped lease from the cleanup task.
+    pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>) {
+        self.registry.lock().expect("not poisoned").forget(state);
+        let _ = self.cleanup.send(Cleanup::Release(state.clone()));
+    }
+
+    pub(crate) fn delete_orphan(&self, orphan: Orphan) {
+        tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
+        let _ = self.cleanup.send(Cleanup::Orphan(orphan));
+    }
+
+    /// Loses every lease of node lease `node_id` (all leases for `None`).
+    pub(crate) fn lose_all(&self, node_id: Option<i64>, reason: LossReason) {
+        self.registry
+            .lock()
+            .expect("not poisoned")
+            .lose_all(node_id, reason);
+    }
+}

@@ -1,0 +1,196 @@
+//! The store's one watch on `{ns}/owners/`: snapshot, reconcile, then follow.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
+use tokio::time::sleep;
+use uuid::Uuid;
+
+use super::StoreShared;
+use super::owner_value::OwnerValue;
+use super::registry::OwnerEvent;
+use crate::keys::prefix_end;
+
+/// The owner keys at one revision.
+struct Snapshot {
+    revision: i64,
+    owners: HashMap<Uuid, OwnerEvent>,
+}
+
+pub(super) async fn run(shared: Arc<StoreShared>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if shared.shutdown.is_cancelled() {
+            return;
+        }
+        match follow(&shared).await {
+            Ok(()) => return,
+            Err(reason) => {
+                tracing::debug!(%reason, "owner watch restarting");
+                shared.connection.rotate();
+            }
+        }
+        tokio::select! {
+            _ = sleep(backoff) => {}
+            _ = shared.shutdown.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart.
+async fn follow(shared: &StoreShared) -> Result<(), String> {
+    let snapshot = tokio::select! {
+        snapshot = read_snapshot(shared) => snapshot?,
+        _ = shared.shutdown.cancelled() => return Ok(()),
+    };
+    reconcile(shared, &snapshot);
+
+    let prefix = shared.namespace.owners_prefix();
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(snapshot.revision + 1)
+        .with_progress_notify();
+    let (mut client, endpoint) = shared.connection.stream_client();
+    let mut stream = tokio::select! {
+        opened = tokio::time::timeout(Duration::from_secs(5), client.watch(prefix.as_str(), Some(options))) => {
+            match opened {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => return Err(format!("opening the watch on {endpoint} failed: {error}")),
+                Err(_) => return Err(format!("opening the watch on {endpoint} timed out")),
+            }
+        }
+        _ = shared.shutdown.cancelled() => return Ok(()),
+    };
+    loop {
+        let message = tokio::select! {
+            message = stream.message() => message,
+            _ = shared.shutdown.cancelled() => return Ok(()),
+        };
+        let response = match message {
+            Ok(Some(response)) => response,
+            Ok(None) => return Err(format!("the watch on {endpoint} ended")),
+            Err(error) => return Err(format!("the watch on {endpoint} failed: {error}")),
+        };
+        if response.canceled() {
+            // Compaction, "no leader" under require_leader, ...: a new snapshot covers the gap.
+            return Err(format!(
+                "the watch on {endpoint} was cancelled (compact revision {}, reason {:?})",
+                response.compact_revision(),
+                response.cancel_reason()
+            ));
+        }
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            let Some(session) = session_of(shared, kv) else {
+                continue;
+            };
+            let owner_event = match event.event_type() {
+                EventType::Put => put_event(shared, kv),
+                EventType::Delete => OwnerEvent::Deleted {
+                    revision: kv.mod_revision(),
+                },
+            };
+            observe(shared, session, owner_event);
+        }
+    }
+}
+
+async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
+    let prefix = shared.namespace.owners_prefix();
+    let range_end = prefix_end(&prefix);
+    let response = shared
+        .connection
+        .read("owners snapshot", |mut client, _| {
+            let options = GetOptions::new().with_range(range_end.clone());
+            let prefix = prefix.clone();
+            async move { client.get(prefix, Some(options)).await }
+        })
+        .await
+        .map_err(|error| format!("reading the owner keys failed: {error}"))?;
+    let revision = response.header().map_or(0, |h| h.revision());
+    let owners = response
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            let session = session_of(shared, kv)?;
+            Some((session, put_event(shared, kv)))
+        })
+        .collect();
+    Ok(Snapshot { revision, owners })
+}
+
+/// Applies a snapshot to every session the store cares about, as if each had one event at the
+/// snapshot's revision; wakes every standby (an event may have been missed).
+fn reconcile(shared: &StoreShared, snapshot: &Snapshot) {
+    let mut orphans = Vec::new();
+    {
+        let mut registry = shared.registry.lock().expect("not poisoned");
+        let mut seen = std::collections::HashSet::new();
+        for session in registry.sessions() {
+            seen.insert(session);
+            let event = snapshot
+                .owners
+                .get(&session)
+                .map(|event| match *event {
+                    OwnerEvent::Put {
+                        create_revision,
+                        ours,
+                        ..
+                    } => OwnerEvent::Put {
+                        revision: snapshot.revision,
+                        create_revision,
+                        ours,
+                    },
+                    deleted => deleted,
+                })
+                .unwrap_or(OwnerEvent::Deleted {
+                    revision: snapshot.revision,
+                });
+            orphans.extend(registry.observe(session, event));
+        }
+        // Keys of ours that nothing here cares about are orphans too.
+        for (session, event) in &snapshot.owners {
+            if !seen.contains(session)
+                && let OwnerEvent::Put { ours: Some(_), .. } = event
+            {
+                orphans.extend(registry.observe(*session, *event));
+            }
+        }
+        registry.notify_all_waiters();
+    }
+    for orphan in orphans {
+        shared.delete_orphan(orphan);
+    }
+}
+
+fn observe(shared: &StoreShared, session: Uuid, event: OwnerEvent) {
+    let orphan = shared
+        .registry
+        .lock()
+        .expect("not poisoned")
+        .observe(session, event);
+    if let Some(orphan) = orphan {
+        shared.delete_orphan(orphan);
+    }
+}
+
+fn session_of(shared: &StoreShared, kv: &KeyValue) -> Option<Uuid> {
+    let key = std::str::from_utf8(kv.key()).ok()?;
+    key.strip_prefix(&shared.namespace.owners_prefix())?
+        .parse()
+        .ok()
+}
+
+fn put_event(shared: &StoreShared, kv: &KeyValue) -> OwnerEvent {
+    let ours = OwnerValue::decode(kv.value())
+        .filter(|owner| owner.store == shared.id)
+        .map(|owner| owner.nonce);
+    OwnerEvent::Put {
+        revision: kv.mod_revision(),
+        create_revision: kv.create_revision(),
+        ours,
+    }
+}

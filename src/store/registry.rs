@@ -1,0 +1,384 @@
+//! What a store knows about the sessions it holds, is acquiring, or stands by for; and how
+//! owner-key changes seen by its watch apply to them. Pure state: the watch task feeds it.
+//!
+//! An event applies to a lease only if its revision is greater than the lease's epoch. Events
+//! for a session whose acquisition is under way are kept until the acquisition ends, so an
+//! event that arrives before the acquiring call has registered its lease still applies to it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::lease::{Epoch, LeaseState, LossReason};
+
+/// A change of one owner key, as the watch (or a snapshot read) saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerEvent {
+    /// The key was written at `revision`; it was created at `create_revision`. `ours` carries
+    /// the nonce when the value was written by this store.
+    Put {
+        revision: i64,
+        create_revision: i64,
+        ours: Option<Uuid>,
+    },
+    /// The key was deleted at `revision` (or is absent in a snapshot at `revision`).
+    Deleted { revision: i64 },
+}
+
+impl OwnerEvent {
+    fn revision(&self) -> i64 {
+        match *self {
+            OwnerEvent::Put { revision, .. } | OwnerEvent::Deleted { revision } => revision,
+        }
+    }
+}
+
+/// What an event means for a lease of `epoch` that `released` or not: `None` if nothing.
+pub(crate) fn verdict(epoch: Epoch, released: bool, event: &OwnerEvent) -> Option<LossReason> {
+    if event.revision() <= epoch.revision() {
+        return None;
+    }
+    match *event {
+        // A DELETE carries no cause: ours if we released, else someone else's.
+        OwnerEvent::Deleted { .. } if released => Some(LossReason::Released),
+        OwnerEvent::Deleted { .. } => Some(LossReason::Revoked),
+        OwnerEvent::Put {
+            create_revision, ..
+        } if create_revision != epoch.revision() => Some(LossReason::Overtaken),
+        OwnerEvent::Put { .. } => None,
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    held: Option<Arc<LeaseState>>,
+    acquiring: u32,
+    /// Events seen while an acquisition was under way.
+    seen: Vec<OwnerEvent>,
+    waiters: Vec<Arc<Notify>>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.held.is_none() && self.acquiring == 0 && self.waiters.is_empty()
+    }
+}
+
+/// A key this store wrote that no handle adopted: to be deleted, guarded by its nonce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Orphan {
+    pub(crate) session: Uuid,
+    pub(crate) nonce: Uuid,
+}
+
+/// The sessions of one store.
+#[derive(Default)]
+pub(crate) struct Registry {
+    entries: HashMap<Uuid, Entry>,
+}
+
+impl Registry {
+    /// An acquisition of `session` starts (before its transaction is sent).
+    pub(crate) fn begin_acquire(&mut self, session: Uuid) {
+        self.entries.entry(session).or_default().acquiring += 1;
+    }
+
+    /// An acquisition of `session` ended, holding `lease` or not. Events seen meanwhile apply
+    /// to the lease; keys of ours among them that no lease adopted are returned as orphans.
+    pub(crate) fn end_acquire(
+        &mut self,
+        session: Uuid,
+        lease: Option<&Arc<LeaseState>>,
+    ) -> Vec<Orphan> {
+        let Some(entry) = self.entries.get_mut(&session) else {
+            return Vec::new();
+        };
+        entry.acquiring = entry.acquiring.saturating_sub(1);
+        if let Some(lease) = lease {
+            for event in &entry.seen {
+                if let Some(reason) = verdict(lease.epoch, lease.released(), event) {
+                    lease.lose(reason);
+                }
+            }
+            if lease.loss_reason().is_none() {
+                entry.held = Some(lease.clone());
+            }
+        }
+        let mut orphans = Vec::new();
+        if entry.acquiring == 0 {
+            let adopted = lease
+                .map(|lease| lease.nonce)
+                .or(entry.held.as_ref().map(|held| held.nonce));
+            for event in entry.seen.drain(..) {
+                if let OwnerEvent::Put {
+                    ours: Some(nonce), ..
+                } = event
+                    && Some(nonce) != adopted
+                    && !orphans.iter().any(|o: &Orphan| o.nonce == nonce)
+                {
+                    orphans.push(Orphan { session, nonce });
+                }
+            }
+        }
+        if entry.is_empty() {
+            self.entries.remove(&session);
+        }
+        orphans
+    }
+
+    /// Applies one owner-key change. Returns a key of ours that nothing adopted, if it is one.
+    pub(crate) fn observe(&mut self, session: Uuid, event: OwnerEvent) -> Option<Orphan> {
+        let Some(entry) = self.entries.get_mut(&session) else {
+            // Nothing here cares; but a key of ours nobody holds or acquires is an orphan.
+            return match event {
+                OwnerEvent::Put {
+                    ours: Some(nonce), ..
+                } => Some(Orphan { session, nonce }),
+                _ => None,
+            };
+        };
+        if let Some(held) = &entry.held
+            && let Some(reason) = verdict(held.epoch, held.released(), &event)
+        {
+            held.lose(reason);
+            entry.held = None;
+        }
+        if matches!(event, OwnerEvent::Deleted { .. }) {
+            for waiter in &entry.waiters {
+                waiter.notify_one();
+            }
+        }
+        let orphan = match event {
+            OwnerEvent::Put {
+                ours: Some(nonce),
+                create_revision,
+                ..
+            } if entry.acquiring == 0
+                && entry
+                    .held
+                    .as_ref()
+                    .is_none_or(|held| held.epoch.revision() != create_revision) =>
+            {
+                Some(Orphan { session, nonce })
+            }
+            _ => None,
+        };
+        if entry.acquiring > 0 {
+            entry.seen.push(event);
+        }
+        if entry.is_empty() {
+            self.entries.remove(&session);
+        }
+        orphan
+    }
+
+    /// Registers a standby for `session`; it is notified when the owner key is deleted.
+    pub(crate) fn add_waiter(&mut self, session: Uuid, waiter: Arc<Notify>) {
+        self.entries
+            .entry(session)
+            .or_default()
+            .waiters
+            .push(waiter);
+    }
+
+    pub(crate) fn remove_waiter(&mut self, session: Uuid, waiter: &Arc<Notify>) {
+        if let Some(entry) = self.entries.get_mut(&session) {
+            entry.waiters.retain(|w| !Arc::ptr_eq(w, waiter));
+            if entry.is_empty() {
+                self.entries.remove(&session);
+            }
+        }
+    }
+
+    /// Wakes every standby (after a watch restart: events may have been missed).
+    pub(crate) fn notify_all_waiters(&self) {
+        for entry in self.entries.values() {
+            for waiter in &entry.waiters {
+                waiter.notify_one();
+            }
+        }
+    }
+
+    /// Forgets a released lease.
+    pub(crate) fn forget(&mut self, lease: &LeaseState) {
+        if let Some(entry) = self.entries.get_mut(&lease.session) {
+            if entry
+                .held
+                .as_ref()
+                .is_some_and(|held| held.epoch == lease.epoch)
+            {
+                entry.held = None;
+            }
+            if entry.is_empty() {
+                self.entries.remove(&lease.session);
+            }
+        }
+    }
+
+    /// Loses every held lease attached to node lease `node_id` (or all, for `None`).
+    pub(crate) fn lose_all(&mut self, node_id: Option<i64>, reason: LossReason) {
+        self.entries.retain(|_, entry| {
+            if let Some(held) = &entry.held
+                && node_id.is_none_or(|id| held.node.id == id)
+            {
+                held.lose(reason);
+                entry.held = None;
+            }
+            !entry.is_empty()
+        });
+    }
+
+    /// The sessions of interest for a snapshot: held, acquiring, or awaited.
+    pub(crate) fn sessions(&self) -> Vec<Uuid> {
+        self.entries.keys().copied().collect()
+    }
+
+    /// The number of leases held.
+    pub(crate) fn held(&self) -> usize {
+        self.entries.values().filter(|e| e.held.is_some()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::{Duration, Instant};
+
+    use super::*;
+    use crate::lease::NodeLease;
+
+    fn lease(session: Uuid, epoch: u64, nonce: Uuid) -> Arc<LeaseState> {
+        let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
+        LeaseState::new(session, Epoch(epoch), "k".into(), nonce, node)
+    }
+
+    const fn put(revision: i64, create_revision: i64) -> OwnerEvent {
+        OwnerEvent::Put {
+            revision,
+            create_revision,
+            ours: None,
+        }
+    }
+
+    #[test]
+    fn only_events_after_the_epoch_apply() {
+        let e = Epoch(10);
+        assert_eq!(verdict(e, false, &put(10, 10)), None, "our own creation");
+        assert_eq!(
+            verdict(e, false, &OwnerEvent::Deleted { revision: 9 }),
+            None
+        );
+        assert_eq!(
+            verdict(e, false, &OwnerEvent::Deleted { revision: 11 }),
+            Some(LossReason::Revoked)
+        );
+        assert_eq!(
+            verdict(e, true, &OwnerEvent::Deleted { revision: 11 }),
+            Some(LossReason::Released)
+        );
+        assert_eq!(verdict(e, false, &put(12, 12)), Some(LossReason::Overtaken));
+        assert_eq!(
+            verdict(e, false, &put(12, 10)),
+            None,
+            "a rewrite of our key"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_before_registration_still_applies() {
+        let (session, nonce) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut registry = Registry::default();
+        registry.begin_acquire(session);
+        // The watch delivers our creation and a delete before the acquiring call returns.
+        let ours = OwnerEvent::Put {
+            revision: 5,
+            create_revision: 5,
+            ours: Some(nonce),
+        };
+        assert_eq!(registry.observe(session, ours), None);
+        assert_eq!(
+            registry.observe(session, OwnerEvent::Deleted { revision: 6 }),
+            None
+        );
+        let held = lease(session, 5, nonce);
+        assert_eq!(registry.end_acquire(session, Some(&held)), vec![]);
+        assert_eq!(held.loss_reason(), Some(LossReason::Revoked));
+        assert_eq!(registry.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_lease_is_lost_when_overtaken_and_forgotten() {
+        let session = Uuid::new_v4();
+        let mut registry = Registry::default();
+        registry.begin_acquire(session);
+        let held = lease(session, 5, Uuid::new_v4());
+        registry.end_acquire(session, Some(&held));
+        assert_eq!(registry.held(), 1);
+        assert_eq!(registry.observe(session, put(9, 9)), None);
+        assert_eq!(held.loss_reason(), Some(LossReason::Overtaken));
+        assert_eq!(registry.held(), 0);
+        assert!(registry.sessions().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_of_ours_that_nothing_adopts_is_an_orphan() {
+        let (session, nonce) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut registry = Registry::default();
+        let ours = OwnerEvent::Put {
+            revision: 5,
+            create_revision: 5,
+            ours: Some(nonce),
+        };
+        // Seen during an acquisition that then failed (its outcome stayed unknown).
+        registry.begin_acquire(session);
+        registry.observe(session, ours);
+        assert_eq!(
+            registry.end_acquire(session, None),
+            vec![Orphan { session, nonce }]
+        );
+        // Seen after any acquisition ended (a late commit).
+        assert_eq!(
+            registry.observe(session, ours),
+            Some(Orphan { session, nonce })
+        );
+        // Not an orphan while a lease holds it.
+        registry.begin_acquire(session);
+        let held = lease(session, 5, nonce);
+        registry.end_acquire(session, Some(&held));
+        assert_eq!(registry.observe(session, ours), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn standbys_wake_on_delete() {
+        let session = Uuid::new_v4();
+        let mut registry = Registry::default();
+        let waiter = Arc::new(Notify::new());
+        registry.add_waiter(session, waiter.clone());
+        registry.observe(session, put(3, 3));
+        registry.observe(session, OwnerEvent::Deleted { revision: 4 });
+        tokio::time::timeout(Duration::from_millis(1), waiter.notified())
+            .await
+            .expect("notified");
+        registry.remove_waiter(session, &waiter);
+        assert!(registry.sessions().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_node_lease_loses_its_leases_only() {
+        let mut registry = Registry::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let held_a = lease(a, 5, Uuid::new_v4());
+        let other_node = Arc::new(NodeLease::new(2, Instant::now() + Duration::from_secs(60)));
+        let held_b = LeaseState::new(b, Epoch(6), "k".into(), Uuid::new_v4(), other_node);
+        for (session, held) in [(a, &held_a), (b, &held_b)] {
+            registry.begin_acquire(session);
+            registry.end_acquire(session, Some(held));
+        }
+        registry.lose_all(Some(1), LossReason::Expired);
+        assert_eq!(held_a.loss_reason(), Some(LossReason::Expired));
+        assert_eq!(held_b.loss_reason(), None);
+        registry.lose_all(None, LossReason::StoreClosed);
+        assert_eq!(held_b.loss_reason(), Some(LossReason::StoreClosed));
+    }
+}

@@ -1,0 +1,47 @@
+//! Helpers shared by the lease tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use leasehold::{Namespace, Store, StoreOptions};
+
+/// A store on `endpoints` in `namespace`, with a TTL and margin suited to the test.
+pub(crate) async fn store(
+    endpoints: &[String],
+    namespace: &Namespace,
+    node: &str,
+    ttl: u64,
+) -> Store {
+    let margin = Duration::from_millis(if ttl <= 3 { 500 } else { 1000 });
+    let options = StoreOptions::new(endpoints.iter().cloned())
+        .with_namespace(namespace.clone())
+        .with_node(node)
+        .with_ttl(Duration::from_secs(ttl), margin);
+    Store::connect(options).await.expect("store connects")
+}
+
+/// A raw etcd client, to inspect and tamper with keys from outside.
+pub(crate) async fn raw(endpoint: &str) -> etcd_client::Client {
+    etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("raw client")
+}
+
+/// The owner key's create_revision, 0 when absent.
+pub(crate) async fn create_revision(client: &etcd_client::Client, key: &str) -> i64 {
+    let response = client.clone().get(key, None).await.expect("get");
+    response.kvs().first().map_or(0, |kv| kv.create_revision())
+}
+
+/// How many keys lie under `prefix`.
+pub(crate) async fn count(client: &etcd_client::Client, prefix: &str) -> i64 {
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    client
+        .clone()
+        .get(prefix, Some(options))
+        .await
+        .expect("count")
+        .count()
+}

@@ -1,0 +1,63 @@
+//! Release is idempotent, resolves lost() first, and frees the session for a higher epoch.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::LossReason;
+use leasehold::testing::{EtcdNode, random_namespace, wait_for};
+use uuid::Uuid;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_three_times_is_ok_and_hands_over_to_a_higher_epoch() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let endpoints = vec![etcd.endpoint().to_owned()];
+    let ns = random_namespace();
+    let (a, b) = (
+        common::store(&endpoints, &ns, "a", 10).await,
+        common::store(&endpoints, &ns, "b", 10).await,
+    );
+    let raw = common::raw(etcd.endpoint()).await;
+    let session = Uuid::new_v4();
+    let lease = a.acquire_lease(session).await.unwrap();
+    let lost = lease.lost();
+    let view = lease.ownership();
+
+    for _ in 0..3 {
+        lease.release().await.expect("release is idempotent");
+    }
+    assert_eq!(lost.await, LossReason::Released);
+    assert_eq!(lease.lost().await, LossReason::Released);
+    assert!(!lease.is_valid());
+    assert!(!view.is_valid(), "the ownership view sees the release");
+    assert_eq!(
+        common::create_revision(&raw, &ns.owner_key(session)).await,
+        0
+    );
+
+    let next = b.acquire_lease(session).await.expect("free after release");
+    assert!(next.epoch() > lease.epoch());
+    assert_eq!(a.held_sessions(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_a_lease_releases_it_in_the_background() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let endpoints = vec![etcd.endpoint().to_owned()];
+    let ns = random_namespace();
+    let a = common::store(&endpoints, &ns, "a", 10).await;
+    let raw = common::raw(etcd.endpoint()).await;
+    let session = Uuid::new_v4();
+    let lease = a.acquire_lease(session).await.unwrap();
+    let view = lease.ownership();
+    drop(lease);
+    assert_eq!(view.lost().await, LossReason::Released);
+    let key = ns.owner_key(session);
+    wait_for(
+        "the dropped lease's key to go",
+        Duration::from_secs(5),
+        || async { (common::create_revision(&raw, &key).await == 0).then_some(()) },
+    )
+    .await
+    .unwrap();
+}

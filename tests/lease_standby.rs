@@ -1,0 +1,73 @@
+//! A standby acquisition wakes on the holder's release, and gives up at its deadline.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::AcquireError;
+use leasehold::testing::{EtcdNode, random_namespace};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_wakes_on_release_and_acquires() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let endpoints = vec![etcd.endpoint().to_owned()];
+    let ns = random_namespace();
+    let (a, b) = (
+        common::store(&endpoints, &ns, "a", 10).await,
+        common::store(&endpoints, &ns, "b", 10).await,
+    );
+    let session = Uuid::new_v4();
+    let held = a.acquire_lease(session).await.unwrap();
+
+    let standby = tokio::spawn(async move {
+        let lease = b.acquire_lease_wait(session, Duration::from_secs(30)).await;
+        (lease, Instant::now(), b)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!standby.is_finished(), "stands by while held");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (lease, acquired, _b) = standby.await.unwrap();
+    let lease = lease.expect("acquired after the release");
+    let handover = acquired - released;
+    println!("graceful handover took {handover:?}");
+    assert!(lease.epoch() > held.epoch());
+    // The backstop re-check runs every 5 s: this fast, it was the watch event.
+    assert!(handover < Duration::from_secs(2), "{handover:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_gives_up_cleanly_at_its_deadline() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let endpoints = vec![etcd.endpoint().to_owned()];
+    let ns = random_namespace();
+    let (a, b) = (
+        common::store(&endpoints, &ns, "a", 10).await,
+        common::store(&endpoints, &ns, "b", 10).await,
+    );
+    let session = Uuid::new_v4();
+    let _held = a.acquire_lease(session).await.unwrap();
+
+    let started = Instant::now();
+    let result = b.acquire_lease_wait(session, Duration::from_secs(2)).await;
+    let waited = started.elapsed();
+    match result {
+        Err(AcquireError::TimedOut { session_id, waited }) => {
+            assert_eq!(session_id, session);
+            assert_eq!(waited, Duration::from_secs(2));
+        }
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(4));
+    assert_eq!(b.held_sessions(), 0);
+    // Cancellation by drop leaves nothing behind either.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        b.acquire_lease_wait(session, Duration::from_secs(60)),
+    )
+    .await;
+    assert!(cancelled.is_err());
+    assert_eq!(b.held_sessions(), 0);
+}
