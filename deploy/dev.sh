@@ -109,6 +109,11 @@ cmd_test() {
   say "cargo test (unit and integration; etcd in containers)"
   # Every harness operation is bounded; this bounds the whole run should anything still hang.
   timeout --signal=INT --kill-after=60 45m cargo test --all-features
+  say "cargo test: the non-fault suite on etcd 3.4.23 (Debian 12), the compatibility target"
+  local compat=(harness_single_member harness_namespaces lease_epochs lease_release lease_watch_loss
+    lease_standby lease_store_close lease_one_node_lease)
+  LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.4.23 timeout --signal=INT --kill-after=60 15m \
+    cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 

@@ -8,26 +8,40 @@
 //! epoch at every compare-and-swap, so a stale owner (after a GC pause, a network blip) loses
 //! the CAS instead of forking the journal.
 //!
-//! This release provides the foundation the leases and journals stand on:
-//!
+//! - [`Store`]: one per node. It grants one etcd lease for the node, keeps it alive on one
+//!   stream, watches ownership changes, and acquires and releases session leases; see the
+//!   [`store`] module for the protocol.
+//! - [`Lease`]: ownership of one session, with its [`Epoch`], a lock-free
+//!   [`is_valid`](Lease::is_valid), a [`lost`](Lease::lost) signal with its [`LossReason`], and
+//!   an idempotent [`release`](Lease::release). [`Ownership`] is the read-only view of it that
+//!   cannot release; its [`guard`](Ownership::guard) makes an etcd transaction conditional on
+//!   still owning. See the [`lease`] module.
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
-//!   retries only what is safe to retry (see [`FailureClass`]);
-//! - [`Namespace`]: the key layout every deployment lives under (see [`keys`]);
+//!   retries only what is safe to retry (see [`FailureClass`]).
+//! - [`Namespace`]: the key layout every deployment lives under (see [`keys`]).
 //! - `leasehold::testing` (feature `testing`): a real-etcd harness on testcontainers, with
 //!   fault-injecting clusters and a loopback fault proxy, for leasehold's tests and yours.
 //!
 //! # Quick start
 //!
 //! ```no_run
-//! use leasehold::{ConnectOptions, Connection, Namespace};
+//! use std::time::Duration;
 //!
+//! use leasehold::{Store, StoreOptions, Uuid};
+//!
+//! # async fn do_work(_: leasehold::Ownership) {}
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let connection = Connection::connect(ConnectOptions::new(["http://127.0.0.1:2379"])).await?;
-//! let status = connection.namespace_status(&Namespace::default()).await?;
-//! println!(
-//!     "{}: {} owned sessions at revision {}",
-//!     status.namespace, status.owned_sessions, status.revision
-//! );
+//! let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"]).with_node("node-a"))
+//!     .await?;
+//! let session = Uuid::new_v4();
+//! // Owns the session at once if it is free; else stands by until its owner lets go.
+//! let lease = store.acquire_lease_wait(session, Duration::from_secs(30)).await?;
+//! println!("owning {session} at epoch {}", lease.epoch());
+//! tokio::select! {
+//!     reason = lease.lost() => println!("lost ownership: {reason}"),
+//!     () = do_work(lease.ownership()) => lease.release().await?,
+//! }
+//! store.close().await;
 //! # Ok(())
 //! # }
 //! ```
@@ -49,3 +63,4 @@ pub use error::{
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
 pub use store::{Store, StoreOptions};
+pub use uuid::Uuid;

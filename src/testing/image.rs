@@ -72,20 +72,21 @@ impl EtcdImage {
         self
     }
 
-    /// Any image, as `repo:tag` (`latest` when no tag is given). Never built by the harness.
+    /// Any image, as `repo:tag` (`latest` when no tag is given). Never built by the harness,
+    /// except leasehold's own (`leasehold-etcd:{version}`), which are built when missing.
     pub fn custom(image: &str) -> Self {
         // A colon after the last '/' separates the tag (a registry host may carry a port).
-        match image.rsplit_once(':') {
-            Some((name, tag)) if !tag.contains('/') => Self {
-                name: name.to_owned(),
-                tag: tag.to_owned(),
-                version: None,
-            },
-            _ => Self {
-                name: image.to_owned(),
-                tag: "latest".to_owned(),
-                version: None,
-            },
+        let (name, tag) = match image.rsplit_once(':') {
+            Some((name, tag)) if !tag.contains('/') => (name, tag),
+            _ => (image, "latest"),
+        };
+        if name == REPOSITORY {
+            return Self::release(tag);
+        }
+        Self {
+            name: name.to_owned(),
+            tag: tag.to_owned(),
+            version: None,
         }
     }
 
