@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::connection::ConnectError;
 use crate::keys::InvalidNamespaceError;
+use crate::journal::DecodeError;
 use crate::lease::{Epoch, LossReason, MarginError};
 
 /// What a failed etcd request means for its effect, and whether retrying can help.
@@ -204,6 +205,143 @@ pub enum StoreError {
     /// Granting the node lease failed. Transient or permanent as its class says.
     #[error("cannot grant the node lease")]
     Grant(#[source] EtcdError),
+}
+
+/// `open_journal` was given no lease. Permanent: a journal is only written under a lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no lease given for session {session_id}: a journal is opened under its owner's lease")]
+pub struct NilLeaseError {
+    /// The session.
+    pub session_id: Uuid,
+}
+
+/// The lease is lost or invalid, so the journal refused the operation locally, before sending
+/// anything. Permanent for this journal; its `source()` is the [`LeaseLostError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the journal of session {} refuses to write: its lease is not valid", .source.session_id)]
+pub struct JournalLeaseLostError {
+    /// Why the lease is not valid.
+    #[source]
+    pub source: LeaseLostError,
+}
+
+/// The hard fence: an append's compare failed at etcd, because another owner fenced the
+/// journal (or its lease's owner key is gone). The append did not commit, and the journal stays
+/// fenced: every later append fails with this error too. Permanent for this journal.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the journal of session {session_id} is fenced: epoch {epoch} no longer owns it")]
+pub struct AppendError {
+    /// The session.
+    pub session_id: Uuid,
+    /// The epoch of the fenced writer.
+    pub epoch: Epoch,
+}
+
+/// [`Store::open_journal`](crate::Store::open_journal) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenJournalError {
+    /// No lease was given. Permanent.
+    #[error("no lease")]
+    NilLease(#[source] NilLeaseError),
+    /// The lease owns another session. Permanent.
+    #[error("the lease owns session {lease_session}, not {session_id}")]
+    WrongSession {
+        /// The session asked for.
+        session_id: Uuid,
+        /// The session the lease owns.
+        lease_session: Uuid,
+    },
+    /// A journal was already opened with this lease: one journal per lease, so that fence
+    /// epochs strictly increase. Permanent.
+    #[error("a journal was already opened with the lease at epoch {epoch}")]
+    AlreadyOpen {
+        /// The lease's epoch.
+        epoch: Epoch,
+    },
+    /// The lease is not valid. Permanent for this lease.
+    #[error("cannot open the journal")]
+    LeaseLost(#[source] JournalLeaseLostError),
+    /// The owner key no longer has the lease's epoch, or the fence's compare failed. Permanent
+    /// for this lease.
+    #[error("cannot open the journal")]
+    Fenced(#[source] AppendError),
+    /// The stored tip is corrupt. Permanent.
+    #[error("cannot open the journal")]
+    Decode(#[source] DecodeError),
+    /// The fence's outcome stayed unknown after re-sending it. Outcome unknown: open again
+    /// with a fresh lease.
+    #[error("the fence's outcome is unknown")]
+    OutcomeUnknown(#[source] EtcdError),
+    /// etcd failed the request. Transient or permanent as its class says.
+    #[error("cannot open the journal")]
+    Etcd(#[source] EtcdError),
+}
+
+/// [`Journal::append`](crate::Journal::append) or
+/// [`append_batch`](crate::Journal::append_batch) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalWriteError {
+    /// Refused locally: the lease is lost or invalid. Nothing was sent. Permanent.
+    #[error("append refused")]
+    LeaseLost(#[source] JournalLeaseLostError),
+    /// The hard fence: not committed, and the journal stays fenced. Permanent.
+    #[error("append failed")]
+    Fenced(#[source] AppendError),
+    /// An empty batch. Permanent.
+    #[error("an append needs at least one record")]
+    Empty,
+    /// More records than one transaction can carry (etcd's op limit, less the tip). Nothing was
+    /// sent. Permanent for this batch: split it.
+    #[error("{count} records in one append; at most {max} fit one transaction")]
+    TooManyRecords {
+        /// Records in the batch.
+        count: usize,
+        /// The most one append takes.
+        max: usize,
+    },
+    /// The encoded transaction is larger than etcd's request limit (less headroom). Nothing
+    /// was sent. Permanent for this batch: split it.
+    #[error("the append encodes to {bytes} bytes; at most {max} fit one request")]
+    TooLarge {
+        /// The encoded size.
+        bytes: usize,
+        /// The most one append takes.
+        max: usize,
+    },
+    /// The append's outcome stayed unknown after re-sending it: it committed at most once, or
+    /// not at all. The journal is unusable (its tip is unknown); reopen it under a lease to
+    /// continue. Outcome unknown.
+    #[error("the append's outcome is unknown")]
+    OutcomeUnknown(#[source] EtcdError),
+    /// An earlier append's outcome stayed unknown: the journal no longer knows its tip.
+    /// Permanent for this journal.
+    #[error("the journal's tip is unknown after an append with an unknown outcome")]
+    Indeterminate,
+    /// etcd failed the request without applying it. Transient or permanent as its class says;
+    /// the journal can go on.
+    #[error("append failed")]
+    Etcd(#[source] EtcdError),
+}
+
+/// Replaying a journal failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The snapshot revision was compacted while the replay was under way. Replay again (from a
+    /// newer snapshot). Transient.
+    #[error("the replay's snapshot revision {revision} was compacted")]
+    Compacted {
+        /// The snapshot revision.
+        revision: i64,
+    },
+    /// A record could not be decoded. Permanent.
+    #[error("replay failed")]
+    Decode(#[source] DecodeError),
+    /// etcd failed the request. Transient or permanent as its class says.
+    #[error("replay failed")]
+    Etcd(#[source] EtcdError),
 }
 
 // etcd's canonical error descriptions (server/etcdserver/api/v3rpc/rpctypes). etcd reports these

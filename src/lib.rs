@@ -48,6 +48,7 @@
 
 mod connection;
 mod error;
+pub mod journal;
 pub mod keys;
 pub mod lease;
 pub mod store;
@@ -58,7 +59,13 @@ pub use connection::{
     ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
 };
 pub use error::{
-    AcquireError, EtcdError, FailureClass, LeaseHeldError, LeaseLostError, ReleaseError, StoreError,
+    AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,
+    LeaseHeldError, LeaseLostError, NilLeaseError, OpenJournalError, ReleaseError, ReplayError,
+    StoreError,
+};
+pub use journal::{
+    Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions,
+    Tip,
 };
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};

@@ -64,6 +64,10 @@ impl Lease {
         &self.state.owner_key
     }
 
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
     /// A read-only view of this ownership that cannot release it: what the journal and object
     /// GC receive.
     pub fn ownership(&self) -> Ownership {

@@ -95,6 +95,8 @@ pub(crate) struct LeaseState {
     pub(crate) node: Arc<NodeLease>,
     lost_flag: AtomicBool,
     released: AtomicBool,
+    /// One journal per lease: 0 none, 1 opening, 2 opened.
+    journal: std::sync::atomic::AtomicU8,
     reason: watch::Sender<Option<LossReason>>,
     lost: Lost,
 }
@@ -125,6 +127,7 @@ impl LeaseState {
             node,
             lost_flag: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            journal: std::sync::atomic::AtomicU8::new(0),
             reason,
             lost: Lost(lost),
         })
@@ -155,6 +158,19 @@ impl LeaseState {
         }
         self.lose(LossReason::Released);
         true
+    }
+
+    /// Claims the lease's one journal; false if a journal is open or opening.
+    pub(crate) fn claim_journal(&self) -> bool {
+        self.journal
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Ends the claim: `opened` keeps it for good; otherwise the lease may open again.
+    pub(crate) fn settle_journal(&self, opened: bool) {
+        self.journal
+            .store(if opened { 2 } else { 0 }, Ordering::Release);
     }
 
     pub(crate) fn released(&self) -> bool {

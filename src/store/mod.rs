@@ -56,7 +56,11 @@ use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, RetryPolicy};
 use crate::error::{
-    AcquireError, EtcdError, FailureClass, LeaseHeldError, ReleaseError, StoreError,
+    AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, LeaseHeldError,
+    NilLeaseError, OpenJournalError, ReleaseError, StoreError,
+};
+use crate::journal::{
+    self, AppendTxn, Event, Journal, JournalLimits, Record, Replay, ReplayOptions, Sent, Tip,
 };
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Lease, LeaseState, LossReason, NodeLease, validity};
@@ -85,6 +89,10 @@ pub struct StoreOptions {
     pub request_timeout: Duration,
     /// Retries of idempotent requests.
     pub retry: RetryPolicy,
+    /// etcd's limits, checked before each journal append.
+    pub journal: JournalLimits,
+    /// How replays page through journals.
+    pub replay: ReplayOptions,
 }
 
 impl StoreOptions {
@@ -99,6 +107,8 @@ impl StoreOptions {
             standby_recheck: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            journal: JournalLimits::default(),
+            replay: ReplayOptions::default(),
         }
     }
 
@@ -152,6 +162,8 @@ pub(crate) struct StoreShared {
     pub(crate) ttl: Duration,
     pub(crate) margin: Duration,
     standby_recheck: Duration,
+    journal: JournalLimits,
+    replay: ReplayOptions,
     current: Mutex<Option<Arc<NodeLease>>>,
     pub(crate) registry: Mutex<Registry>,
     cleanup: mpsc::UnboundedSender<Cleanup>,
@@ -203,6 +215,8 @@ impl Store {
             ttl: validity.ttl(),
             margin: options.margin,
             standby_recheck: options.standby_recheck,
+            journal: options.journal,
+            replay: options.replay,
             current: Mutex::new(Some(node.clone())),
             registry: Mutex::new(Registry::default()),
             cleanup,
@@ -305,6 +319,145 @@ impl Store {
                 _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
             }
         }
+    }
+
+    /// Opens `session`'s journal for appending under `lease`: appends a fence at the current
+    /// tip and returns once it has committed. See the [`journal`](crate::journal) module.
+    ///
+    /// `None` fails with [`NilLeaseError`]; a lease of another session, or a second open with
+    /// the same lease, with typed errors too (one journal per lease, so fence epochs strictly
+    /// increase).
+    pub async fn open_journal(
+        &self,
+        session: Uuid,
+        lease: Option<&Lease>,
+    ) -> Result<Journal, OpenJournalError> {
+        let lease = lease.ok_or(OpenJournalError::NilLease(NilLeaseError {
+            session_id: session,
+        }))?;
+        if lease.session_id() != session {
+            return Err(OpenJournalError::WrongSession {
+                session_id: session,
+                lease_session: lease.session_id(),
+            });
+        }
+        let state = lease.state().clone();
+        if !state.claim_journal() {
+            return Err(OpenJournalError::AlreadyOpen {
+                epoch: lease.epoch(),
+            });
+        }
+        let opened = self.fence(lease).await;
+        // A fence whose outcome is unknown may have committed: never fence again with this
+        // epoch.
+        state.settle_journal(!matches!(
+            opened,
+            Err(OpenJournalError::Etcd(_)
+                | OpenJournalError::LeaseLost(_)
+                | OpenJournalError::Decode(_))
+        ));
+        opened
+    }
+
+    async fn fence(&self, lease: &Lease) -> Result<Journal, OpenJournalError> {
+        let ownership = lease.ownership();
+        let lost = |source| OpenJournalError::LeaseLost(JournalLeaseLostError { source });
+        ownership.check().map_err(lost)?;
+        let (session, epoch) = (lease.session_id(), lease.epoch());
+        let fenced = || {
+            OpenJournalError::Fenced(AppendError {
+                session_id: session,
+                epoch,
+            })
+        };
+        let namespace = &self.shared.namespace;
+        let tip_key = namespace.tip_key(session);
+        let read = Txn::new().and_then([
+            TxnOp::get(lease.owner_key(), None),
+            TxnOp::get(tip_key.as_str(), None),
+        ]);
+        let response = self
+            .shared
+            .connection
+            .read("open journal", |mut client, _| {
+                let read = read.clone();
+                async move { client.txn(read).await }
+            })
+            .await
+            .map_err(OpenJournalError::Etcd)?;
+        let mut gets = response.op_responses().into_iter().filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        });
+        let (owner, tip) = (gets.next().flatten(), gets.next().flatten());
+        if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
+            return Err(fenced());
+        }
+        let (previous, tip_mod_revision) = match &tip {
+            Some(kv) => (
+                Some(journal::decode_tip(kv.key(), kv.value()).map_err(OpenJournalError::Decode)?),
+                kv.mod_revision(),
+            ),
+            None => (None, 0),
+        };
+        let seq = previous.map_or(1, |tip| tip.seq + 1);
+        let nonce = Uuid::new_v4();
+        let fence = AppendTxn::build(
+            namespace,
+            &ownership,
+            seq,
+            vec![journal::encode_fence(seq, epoch, nonce, previous)],
+            journal::encode_tip(&Tip { seq, epoch, nonce }),
+            tip_mod_revision,
+        );
+        let first_key = namespace.record_key(session, seq);
+        match journal::send_resolving(&self.shared.connection, &fence.txn, &first_key, nonce).await
+        {
+            Sent::Committed { revision } => {
+                tracing::info!(%session, %epoch, seq, "journal fenced and open");
+                Ok(Journal::new(
+                    ownership,
+                    self.shared.connection.clone(),
+                    namespace.clone(),
+                    self.shared.journal.clone(),
+                    seq + 1,
+                    revision,
+                ))
+            }
+            Sent::Fenced => Err(fenced()),
+            Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
+            Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
+        }
+    }
+
+    /// Replays `session`'s events (fences hidden) at one snapshot revision. Needs no lease.
+    pub fn replay(
+        &self,
+        session: Uuid,
+    ) -> impl futures_util::Stream<Item = Result<Event, crate::ReplayError>> + Send + 'static {
+        use futures_util::StreamExt as _;
+        self.replay_records(session).filter_map(|record| async move {
+            match record {
+                Ok(Record::Event(event)) => Some(Ok(event)),
+                Ok(Record::Fence(_)) => None,
+                Err(error) => Some(Err(error)),
+            }
+        })
+    }
+
+    /// Replays all of `session`'s records, fences included (for maintenance and index
+    /// hydration), at one snapshot revision. Needs no lease.
+    pub fn replay_records(&self, session: Uuid) -> Replay {
+        self.replay_with(session, self.shared.replay.clone())
+    }
+
+    /// [`replay_records`](Self::replay_records) with other paging.
+    pub fn replay_with(&self, session: Uuid, options: ReplayOptions) -> Replay {
+        Replay::new(
+            self.shared.connection.clone(),
+            self.shared.namespace.records_prefix(session),
+            options,
+        )
     }
 
     /// Closes the store: every lease it holds is lost ([`LossReason::StoreClosed`]), the node

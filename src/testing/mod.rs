@@ -8,6 +8,8 @@
 //! - [`FaultProxy`]: a TCP proxy on loopback between ONE client and etcd that can blackhole
 //!   traffic, cut connections and drop the replies of requests in flight, so one node can be cut
 //!   off from etcd while the others are not.
+//! - [`check_journal`]: replays a journal and checks the safety invariants against what its
+//!   writers were told ([`AppendHistory`]).
 //! - [`random_namespace`]: a namespace of its own for each test, so that tests run in parallel
 //!   on one etcd without seeing each other's keys.
 //!
@@ -43,6 +45,7 @@
 //! # }
 //! ```
 
+mod checker;
 mod cluster;
 mod image;
 mod node;
@@ -51,6 +54,7 @@ mod proxy;
 use std::future::Future;
 use std::time::Duration;
 
+pub use checker::{AppendHistory, InvariantViolation, JournalReport, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageBuild};
 pub use node::EtcdNode;

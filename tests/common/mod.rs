@@ -45,3 +45,32 @@ pub(crate) async fn count(client: &etcd_client::Client, prefix: &str) -> i64 {
         .expect("count")
         .count()
 }
+
+/// A store whose unary requests time out after `request_timeout` (faster unknown outcomes).
+pub(crate) async fn store_timeout(
+    endpoints: &[String],
+    namespace: &Namespace,
+    node: &str,
+    ttl: u64,
+    request_timeout: Duration,
+) -> Store {
+    let margin = Duration::from_millis(if ttl <= 3 { 500 } else { 1000 });
+    let mut options = StoreOptions::new(endpoints.iter().cloned())
+        .with_namespace(namespace.clone())
+        .with_node(node)
+        .with_ttl(Duration::from_secs(ttl), margin);
+    options.request_timeout = request_timeout;
+    Store::connect(options).await.expect("store connects")
+}
+
+/// The current etcd revision, read from outside.
+pub(crate) async fn revision(client: &etcd_client::Client) -> i64 {
+    client
+        .clone()
+        .get("leasehold-test-revision-probe", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}

@@ -1,0 +1,356 @@
+//! The record and tip encodings.
+//!
+//! Every value leasehold writes under `{ns}/journals/` is a versioned envelope:
+//!
+//! ```text
+//! record  = version:u8 (=1) kind:u8 seq:u64 epoch:u64 nonce:[u8;16] body
+//!   kind 0 (event): body = the user's payload, as is
+//!   kind 1 (fence): body = has_previous:u8 [seq:u64 epoch:u64 nonce:[u8;16]]
+//! tip     = version:u8 (=1) seq:u64 epoch:u64 nonce:[u8;16]
+//! ```
+//!
+//! Integers are big-endian. `seq` repeats the key's sequence number, `epoch` is the writer's
+//! lease epoch and `nonce` names the transaction that wrote the record (all records of one
+//! append share it, and so does the tip it wrote): an append whose outcome is unknown is
+//! resolved by reading its first record back. A reader that meets a version it does not know
+//! fails with a typed error naming the key; it never guesses, and never panics.
+
+use uuid::Uuid;
+
+use crate::lease::Epoch;
+
+const VERSION: u8 = 1;
+const KIND_EVENT: u8 = 0;
+const KIND_FENCE: u8 = 1;
+/// version + kind + seq + epoch + nonce.
+pub(crate) const RECORD_HEADER: usize = 1 + 1 + 8 + 8 + 16;
+pub(crate) const TIP_LEN: usize = 1 + 8 + 8 + 16;
+
+/// A value under a journal's prefix could not be decoded. Permanent: the bytes stay bad.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot decode {key}: {reason}")]
+pub struct DecodeError {
+    /// The key whose value is bad.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The journal's tip: the last record's sequence number, the epoch of its writer and the
+/// nonce of the append that wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tip {
+    /// The last sequence number.
+    pub seq: u64,
+    /// The epoch of the append that wrote it.
+    pub epoch: Epoch,
+    pub(crate) nonce: Uuid,
+}
+
+/// A user event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The epoch of the lease it was appended under.
+    pub epoch: Epoch,
+    /// The payload, as appended.
+    pub payload: Vec<u8>,
+    pub(crate) nonce: Uuid,
+}
+
+/// The record an owner appends when it opens the journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The epoch of the owner that opened the journal.
+    pub epoch: Epoch,
+    /// The tip it was appended at; `None` for a new journal.
+    pub previous: Option<Tip>,
+    pub(crate) nonce: Uuid,
+}
+
+/// One journal record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A user event.
+    Event(Event),
+    /// An owner's fence.
+    Fence(Fence),
+}
+
+impl Record {
+    /// The record's sequence number.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Record::Event(event) => event.seq,
+            Record::Fence(fence) => fence.seq,
+        }
+    }
+
+    /// The epoch it was written under.
+    pub fn epoch(&self) -> Epoch {
+        match self {
+            Record::Event(event) => event.epoch,
+            Record::Fence(fence) => fence.epoch,
+        }
+    }
+
+    pub(crate) fn nonce(&self) -> Uuid {
+        match self {
+            Record::Event(event) => event.nonce,
+            Record::Fence(fence) => fence.nonce,
+        }
+    }
+}
+
+fn header(kind: u8, seq: u64, epoch: Epoch, nonce: Uuid, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(RECORD_HEADER + capacity);
+    out.push(VERSION);
+    out.push(kind);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&epoch.get().to_be_bytes());
+    out.extend_from_slice(nonce.as_bytes());
+    out
+}
+
+pub(crate) fn encode_event(seq: u64, epoch: Epoch, nonce: Uuid, payload: &[u8]) -> Vec<u8> {
+    let mut out = header(KIND_EVENT, seq, epoch, nonce, payload.len());
+    out.extend_from_slice(payload);
+    out
+}
+
+pub(crate) fn encode_fence(seq: u64, epoch: Epoch, nonce: Uuid, previous: Option<Tip>) -> Vec<u8> {
+    let mut out = header(KIND_FENCE, seq, epoch, nonce, TIP_LEN);
+    match previous {
+        None => out.push(0),
+        Some(tip) => {
+            out.push(1);
+            put_tip_body(&mut out, &tip);
+        }
+    }
+    out
+}
+
+pub(crate) fn encode_tip(tip: &Tip) -> Vec<u8> {
+    let mut out = Vec::with_capacity(TIP_LEN);
+    out.push(VERSION);
+    put_tip_body(&mut out, tip);
+    out
+}
+
+fn put_tip_body(out: &mut Vec<u8>, tip: &Tip) {
+    out.extend_from_slice(&tip.seq.to_be_bytes());
+    out.extend_from_slice(&tip.epoch.get().to_be_bytes());
+    out.extend_from_slice(tip.nonce.as_bytes());
+}
+
+/// A cursor over bytes that fails with a reason instead of panicking.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        if self.bytes.len() < n {
+            return Err(format!(
+                "truncated: {what} needs {n} bytes, {} left",
+                self.bytes.len()
+            ));
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let bytes = self.take(8, what)?;
+        Ok(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
+    }
+
+    fn uuid(&mut self, what: &str) -> Result<Uuid, String> {
+        let bytes = self.take(16, what)?;
+        Ok(Uuid::from_bytes(bytes.try_into().expect("16 bytes")))
+    }
+
+    fn version(&mut self) -> Result<(), String> {
+        match self.u8("version")? {
+            VERSION => Ok(()),
+            other => Err(format!("unknown format version {other}")),
+        }
+    }
+
+    fn tip(&mut self) -> Result<Tip, String> {
+        Ok(Tip {
+            seq: self.u64("tip seq")?,
+            epoch: Epoch(self.u64("tip epoch")?),
+            nonce: self.uuid("tip nonce")?,
+        })
+    }
+
+    fn finish(&self) -> Result<(), String> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} unexpected trailing bytes", self.bytes.len()))
+        }
+    }
+}
+
+fn failed(key: &[u8]) -> impl FnOnce(String) -> DecodeError + '_ {
+    move |reason| DecodeError {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason,
+    }
+}
+
+/// Decodes the record stored under `key`; `expected_seq` is the key's own sequence number.
+pub(crate) fn decode_record(
+    key: &[u8],
+    expected_seq: Option<u64>,
+    value: &[u8],
+) -> Result<Record, DecodeError> {
+    let decode = || -> Result<Record, String> {
+        let mut reader = Reader { bytes: value };
+        reader.version()?;
+        let kind = reader.u8("kind")?;
+        let seq = reader.u64("seq")?;
+        let epoch = Epoch(reader.u64("epoch")?);
+        let nonce = reader.uuid("nonce")?;
+        if let Some(expected) = expected_seq
+            && expected != seq
+        {
+            return Err(format!("holds seq {seq} under the key of seq {expected}"));
+        }
+        match kind {
+            KIND_EVENT => Ok(Record::Event(Event {
+                seq,
+                epoch,
+                payload: reader.bytes.to_vec(),
+                nonce,
+            })),
+            KIND_FENCE => {
+                let previous = match reader.u8("fence previous flag")? {
+                    0 => None,
+                    1 => Some(reader.tip()?),
+                    other => return Err(format!("bad fence previous flag {other}")),
+                };
+                reader.finish()?;
+                Ok(Record::Fence(Fence {
+                    seq,
+                    epoch,
+                    previous,
+                    nonce,
+                }))
+            }
+            other => Err(format!("unknown record kind {other}")),
+        }
+    };
+    decode().map_err(failed(key))
+}
+
+/// Decodes a tip value.
+pub(crate) fn decode_tip(key: &[u8], value: &[u8]) -> Result<Tip, DecodeError> {
+    let decode = || -> Result<Tip, String> {
+        let mut reader = Reader { bytes: value };
+        reader.version()?;
+        let tip = reader.tip()?;
+        reader.finish()?;
+        Ok(tip)
+    };
+    decode().map_err(failed(key))
+}
+
+/// The sequence number a record key ends with.
+pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
+    let key = std::str::from_utf8(key).ok()?;
+    key.rsplit_once("/r/")?.1.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tip() -> Tip {
+        Tip {
+            seq: 7,
+            epoch: Epoch(40),
+            nonce: Uuid::new_v4(),
+        }
+    }
+
+    #[test]
+    fn records_and_tips_round_trip() {
+        let nonce = Uuid::new_v4();
+        let event = encode_event(8, Epoch(41), nonce, b"payload");
+        assert_eq!(event.len(), RECORD_HEADER + 7);
+        assert_eq!(
+            decode_record(b"k/r/8", Some(8), &event).unwrap(),
+            Record::Event(Event {
+                seq: 8,
+                epoch: Epoch(41),
+                payload: b"payload".to_vec(),
+                nonce
+            })
+        );
+        for previous in [None, Some(tip())] {
+            let fence = encode_fence(8, Epoch(41), nonce, previous);
+            assert_eq!(
+                decode_record(b"k", None, &fence).unwrap(),
+                Record::Fence(Fence {
+                    seq: 8,
+                    epoch: Epoch(41),
+                    previous,
+                    nonce
+                })
+            );
+        }
+        let t = tip();
+        assert_eq!(decode_tip(b"t", &encode_tip(&t)).unwrap(), t);
+        assert_eq!(
+            decode_record(b"k", None, &encode_event(1, Epoch(1), nonce, b""))
+                .unwrap()
+                .seq(),
+            1
+        );
+    }
+
+    #[test]
+    fn garbage_is_a_typed_error_naming_the_key_never_a_panic() {
+        let good = encode_fence(3, Epoch(9), Uuid::new_v4(), Some(tip()));
+        let mut cases: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![2],
+            b"not a record at all".to_vec(),
+            good[..good.len() - 1].to_vec(),
+            [good.as_slice(), b"x"].concat(),
+        ];
+        let mut wrong_kind = good.clone();
+        wrong_kind[1] = 9;
+        cases.push(wrong_kind);
+        // Every truncation of a valid record, too.
+        for n in 0..good.len() {
+            cases.push(good[..n].to_vec());
+        }
+        for bad in cases {
+            let error = decode_record(b"ns/journals/s/r/00000000000000000003", Some(3), &bad)
+                .unwrap_err();
+            assert_eq!(error.key, "ns/journals/s/r/00000000000000000003");
+            assert!(!error.reason.is_empty());
+        }
+        let misplaced = decode_record(b"k", Some(4), &good).unwrap_err();
+        assert!(misplaced.reason.contains("seq 3"), "{misplaced}");
+        assert!(decode_tip(b"tip", b"\x01short").is_err());
+    }
+
+    #[test]
+    fn sequence_numbers_come_from_record_keys() {
+        assert_eq!(seq_of_key(b"ns/journals/s/r/00000000000000000042"), Some(42));
+        assert_eq!(seq_of_key(b"ns/journals/s/tip"), None);
+    }
+}

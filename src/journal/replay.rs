@@ -1,0 +1,190 @@
+//! Streaming replay at one fixed revision, one bounded page at a time.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use etcd_client::GetOptions;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt as _, Stream};
+
+use super::record::{Record, decode_record, seq_of_key};
+use super::ReplayOptions;
+use crate::connection::Connection;
+use crate::error::ReplayError;
+
+struct Page {
+    revision: i64,
+    kvs: Vec<(Vec<u8>, Vec<u8>)>,
+    more: bool,
+}
+
+/// A journal's records in sequence order, as of one revision; a [`Stream`].
+///
+/// The first page fixes the snapshot revision (a linearizable read); every later page reads at
+/// that revision. Memory is bounded by one page: at most `page_records` records, and fewer when
+/// records are large, so that a page stays near `page_bytes`.
+pub struct Replay {
+    connection: Connection,
+    next_key: Vec<u8>,
+    range_end: Vec<u8>,
+    revision: i64,
+    options: ReplayOptions,
+    /// The largest record seen so far; `None` before the first page.
+    largest_record: Option<usize>,
+    buffered: VecDeque<Record>,
+    /// An error met in the middle of a page, yielded after the records before it.
+    failed: Option<ReplayError>,
+    pending: Option<BoxFuture<'static, Result<Page, ReplayError>>>,
+    done: bool,
+    pages: usize,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay")
+            .field("revision", &self.revision)
+            .field("pages", &self.pages)
+            .finish()
+    }
+}
+
+impl Replay {
+    pub(crate) fn new(connection: Connection, prefix: String, options: ReplayOptions) -> Self {
+        Self {
+            connection,
+            range_end: crate::keys::prefix_end(&prefix),
+            next_key: prefix.into_bytes(),
+            revision: 0,
+            options,
+            largest_record: None,
+            buffered: VecDeque::new(),
+            failed: None,
+            pending: None,
+            done: false,
+            pages: 0,
+        }
+    }
+
+    /// The snapshot revision, once the first page is read (0 before).
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// How many pages were read so far.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    /// The records the next page may hold: bounded by count, and by bytes given the largest
+    /// record seen so far. The first page holds one record: nothing is known of sizes yet, and
+    /// one record fits any reply.
+    fn page_limit(&self) -> usize {
+        let Some(largest) = self.largest_record else {
+            return 1;
+        };
+        (self.options.page_bytes / largest.max(1)).clamp(1, self.options.page_records.max(1))
+    }
+
+    fn fetch(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
+        let connection = self.connection.clone();
+        let (from, to, revision) = (self.next_key.clone(), self.range_end.clone(), self.revision);
+        let limit = self.page_limit() as i64;
+        async move {
+            let response = connection
+                .read("replay", |mut client, _| {
+                    let mut options = GetOptions::new().with_range(to.clone()).with_limit(limit);
+                    if revision > 0 {
+                        options = options.with_revision(revision);
+                    }
+                    let from = from.clone();
+                    async move { client.get(from, Some(options)).await }
+                })
+                .await
+                .map_err(|error| {
+                    if error.is_compacted() {
+                        ReplayError::Compacted { revision }
+                    } else {
+                        ReplayError::Etcd(error)
+                    }
+                })?;
+            Ok(Page {
+                revision: response.header().map_or(0, |h| h.revision()),
+                more: response.more(),
+                kvs: response
+                    .kvs()
+                    .iter()
+                    .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+                    .collect(),
+            })
+        }
+        .boxed()
+    }
+
+    /// Buffers a page's records; an undecodable one ends the replay after the records before
+    /// it.
+    fn take_page(&mut self, page: Page) {
+        self.pages += 1;
+        if self.revision == 0 {
+            self.revision = page.revision;
+        }
+        if let Some((last, _)) = page.kvs.last() {
+            let mut next = last.clone();
+            next.push(0);
+            self.next_key = next;
+        }
+        self.done = !page.more || page.kvs.is_empty();
+        for (key, value) in page.kvs {
+            let size = key.len() + value.len();
+            self.largest_record = Some(self.largest_record.map_or(size, |l| l.max(size)));
+            let decoded = match seq_of_key(&key) {
+                Some(seq) => decode_record(&key, Some(seq), &value),
+                None => Err(super::DecodeError {
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    reason: "not a record key (r/ and a 20-digit sequence number)".into(),
+                }),
+            };
+            match decoded {
+                Ok(record) => self.buffered.push_back(record),
+                Err(error) => {
+                    self.failed = Some(ReplayError::Decode(error));
+                    self.done = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Stream for Replay {
+    type Item = Result<Record, ReplayError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(record) = self.buffered.pop_front() {
+                return Poll::Ready(Some(Ok(record)));
+            }
+            if let Some(error) = self.failed.take() {
+                return Poll::Ready(Some(Err(error)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if self.pending.is_none() {
+                self.pending = Some(self.fetch());
+            }
+            let page = match self.pending.as_mut().expect("set above").poll_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(page) => page,
+            };
+            self.pending = None;
+            match page {
+                Ok(page) => self.take_page(page),
+                Err(error) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Batches at etcd's limits go through; one record or one byte more is refused before sending.
+
+mod common;
+
+use leasehold::JournalWriteError;
+use leasehold::testing::{EtcdNode, random_namespace};
+use uuid::Uuid;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_at_the_limits_commits_and_one_more_record_or_byte_is_refused_before_sending() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let ns = random_namespace();
+    let store = common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await;
+    let raw = common::raw(etcd.endpoint()).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    let limits = journal.limits().clone();
+    assert_eq!((limits.max_records(), limits.max_bytes()), (127, 1_572_864 - 1024));
+
+    // 127 records whose encoded append is exactly the largest allowed.
+    let n = limits.max_records();
+    let empty = vec![Vec::new(); n];
+    let spare = limits.max_bytes() - journal.encoded_size(&empty);
+    let mut payloads: Vec<Vec<u8>> = (0..n)
+        .map(|i| vec![b'a' + (i % 26) as u8; spare / n])
+        .collect();
+    payloads[0].extend(vec![b'z'; spare % n]);
+    assert_eq!(journal.encoded_size(&payloads), limits.max_bytes());
+
+    // --- one byte more: refused before sending
+    let before = common::revision(&raw).await;
+    let mut too_large = payloads.clone();
+    too_large[n - 1].push(b'!');
+    match journal.append_batch(&too_large).await {
+        Err(JournalWriteError::TooLarge { bytes, max }) => {
+            assert_eq!((bytes, max), (limits.max_bytes() + 1, limits.max_bytes()));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // --- one record more: refused before sending
+    let too_many = vec![b"x".to_vec(); n + 1];
+    match journal.append_batch(&too_many).await {
+        Err(JournalWriteError::TooManyRecords { count, max }) => assert_eq!((count, max), (128, 127)),
+        other => panic!("expected TooManyRecords, got {other:?}"),
+    }
+    assert!(matches!(
+        journal.append_batch::<&[u8]>(&[]).await,
+        Err(JournalWriteError::Empty)
+    ));
+    assert_eq!(common::revision(&raw).await, before, "nothing was sent");
+
+    // --- exactly at the limits: etcd takes it
+    let appended = journal.append_batch(&payloads).await.expect("fits etcd");
+    assert_eq!((appended.first_seq, appended.last_seq), (2, 128));
+}
