@@ -111,7 +111,7 @@ cmd_test() {
   timeout --signal=INT --kill-after=60 45m cargo test --all-features
   say "cargo test: the non-fault suite on etcd 3.4.23 (Debian 12), the compatibility target"
   local compat=(harness_single_member harness_namespaces lease_epochs lease_release lease_watch_loss
-    lease_standby lease_store_close lease_one_node_lease)
+    lease_standby lease_store_close lease_one_node_lease journal_open journal_limits journal_replay)
   LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.4.23 timeout --signal=INT --kill-after=60 15m \
     cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"

@@ -14,8 +14,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::connection::ConnectError;
-use crate::keys::InvalidNamespaceError;
 use crate::journal::DecodeError;
+use crate::keys::InvalidNamespaceError;
 use crate::lease::{Epoch, LossReason, MarginError};
 
 /// What a failed etcd request means for its effect, and whether retrying can help.
@@ -103,6 +103,12 @@ impl EtcdError {
     /// The gRPC status code, when etcd or the transport gave one.
     pub fn code(&self) -> Option<tonic::Code> {
         self.code
+    }
+
+    /// Whether the failure is etcd's "requested lease not found" (the lease expired or was
+    /// revoked).
+    pub fn is_lease_not_found(&self) -> bool {
+        status_message(&self.source).is_some_and(|m| m.contains(ETCD_LEASE_NOT_FOUND))
     }
 
     /// Whether the failure is etcd's "required revision has been compacted".
@@ -350,6 +356,7 @@ const ETCD_NO_LEADER: &str = "etcdserver: no leader";
 const ETCD_TOO_MANY_REQUESTS: &str = "etcdserver: too many requests";
 const ETCD_NOT_CAPABLE: &str = "etcdserver: not capable";
 const ETCD_COMPACTED: &str = "required revision has been compacted";
+const ETCD_LEASE_NOT_FOUND: &str = "requested lease not found";
 
 fn status_message(error: &etcd_client::Error) -> Option<&str> {
     match error {

@@ -64,8 +64,7 @@ pub use error::{
     StoreError,
 };
 pub use journal::{
-    Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions,
-    Tip,
+    Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions, Tip,
 };
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};

@@ -54,7 +54,10 @@ async fn a_second_open_fences_the_first_journal_for_good() {
     // --- phase: fenced for good
     let result = journal_a.append("a-3").await;
     history.record(&["a-3"], &result);
-    assert!(matches!(result, Err(JournalWriteError::Fenced(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(JournalWriteError::Fenced(_))),
+        "{result:?}"
+    );
     let result = journal_b.append("b-1").await;
     history.record(&["b-1"], &result);
     result.unwrap();

@@ -16,7 +16,10 @@ async fn a_batch_at_the_limits_commits_and_one_more_record_or_byte_is_refused_be
     let lease = store.acquire_lease(session).await.unwrap();
     let journal = store.open_journal(session, Some(&lease)).await.unwrap();
     let limits = journal.limits().clone();
-    assert_eq!((limits.max_records(), limits.max_bytes()), (127, 1_572_864 - 1024));
+    assert_eq!(
+        (limits.max_records(), limits.max_bytes()),
+        (127, 1_572_864 - 1024)
+    );
 
     // 127 records whose encoded append is exactly the largest allowed.
     let n = limits.max_records();
@@ -41,7 +44,9 @@ async fn a_batch_at_the_limits_commits_and_one_more_record_or_byte_is_refused_be
     // --- one record more: refused before sending
     let too_many = vec![b"x".to_vec(); n + 1];
     match journal.append_batch(&too_many).await {
-        Err(JournalWriteError::TooManyRecords { count, max }) => assert_eq!((count, max), (128, 127)),
+        Err(JournalWriteError::TooManyRecords { count, max }) => {
+            assert_eq!((count, max), (128, 127))
+        }
         other => panic!("expected TooManyRecords, got {other:?}"),
     }
     assert!(matches!(

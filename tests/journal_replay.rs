@@ -31,7 +31,9 @@ async fn a_hundred_thousand_records_stream_consistently_while_appends_continue()
     let mut written = 1;
     while written < RECORDS {
         let n = (RECORDS - written).min(127);
-        let payloads: Vec<String> = (0..n).map(|i| format!("event {:>8}", written + i)).collect();
+        let payloads: Vec<String> = (0..n)
+            .map(|i| format!("event {:>8}", written + i))
+            .collect();
         written = journal.append_batch(&payloads).await.unwrap().last_seq;
     }
     println!("wrote {written} records in {:?}", started.elapsed());
@@ -83,7 +85,10 @@ async fn a_hundred_thousand_records_stream_consistently_while_appends_continue()
         .unwrap();
     let tip = at_snapshot.kvs().first().expect("a tip at the snapshot");
     let tip_seq = u64::from_be_bytes(tip.value()[1..9].try_into().unwrap());
-    assert_eq!(replayed, tip_seq, "nothing after the snapshot, nothing missing");
+    assert_eq!(
+        replayed, tip_seq,
+        "nothing after the snapshot, nothing missing"
+    );
     assert!(replayed >= RECORDS);
     // Bounded: one page at a time, never more than PAGE records.
     assert!(

@@ -70,7 +70,9 @@ use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use crate::connection::Connection;
-use crate::error::{AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError};
+use crate::error::{
+    AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,
+};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 
@@ -388,9 +390,9 @@ impl Journal {
             Condition::Fenced => return Err(JournalWriteError::Fenced(self.fenced())),
             Condition::Indeterminate => return Err(JournalWriteError::Indeterminate),
         }
-        self.ownership.check().map_err(|source| {
-            JournalWriteError::LeaseLost(JournalLeaseLostError { source })
-        })?;
+        self.ownership
+            .check()
+            .map_err(|source| JournalWriteError::LeaseLost(JournalLeaseLostError { source }))?;
         if payloads.is_empty() {
             return Err(JournalWriteError::Empty);
         }

@@ -338,8 +338,8 @@ mod tests {
             cases.push(good[..n].to_vec());
         }
         for bad in cases {
-            let error = decode_record(b"ns/journals/s/r/00000000000000000003", Some(3), &bad)
-                .unwrap_err();
+            let error =
+                decode_record(b"ns/journals/s/r/00000000000000000003", Some(3), &bad).unwrap_err();
             assert_eq!(error.key, "ns/journals/s/r/00000000000000000003");
             assert!(!error.reason.is_empty());
         }
@@ -350,7 +350,10 @@ mod tests {
 
     #[test]
     fn sequence_numbers_come_from_record_keys() {
-        assert_eq!(seq_of_key(b"ns/journals/s/r/00000000000000000042"), Some(42));
+        assert_eq!(
+            seq_of_key(b"ns/journals/s/r/00000000000000000042"),
+            Some(42)
+        );
         assert_eq!(seq_of_key(b"ns/journals/s/tip"), None);
     }
 }

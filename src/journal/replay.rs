@@ -8,8 +8,8 @@ use etcd_client::GetOptions;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, Stream};
 
-use super::record::{Record, decode_record, seq_of_key};
 use super::ReplayOptions;
+use super::record::{Record, decode_record, seq_of_key};
 use crate::connection::Connection;
 use crate::error::ReplayError;
 

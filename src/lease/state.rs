@@ -24,6 +24,7 @@ pub(crate) struct NodeLease {
     /// The validity deadline, in nanoseconds after `origin`.
     valid_until: AtomicU64,
     lost: AtomicBool,
+    reason: std::sync::OnceLock<LossReason>,
 }
 
 impl NodeLease {
@@ -34,6 +35,7 @@ impl NodeLease {
             origin,
             valid_until: AtomicU64::new(0),
             lost: AtomicBool::new(false),
+            reason: std::sync::OnceLock::new(),
         };
         lease.set_valid_until(valid_until);
         lease
@@ -49,9 +51,16 @@ impl NodeLease {
         self.origin + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
-    /// Marks this generation lost for good: it is never renewed again.
-    pub(crate) fn mark_lost(&self) {
+    /// Marks this generation lost for good: it is never renewed again. The first reason
+    /// sticks.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        let _ = self.reason.set(reason);
         self.lost.store(true, Ordering::Release);
+    }
+
+    /// Why this generation was lost, once it was.
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        self.reason.get().copied()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -218,7 +227,7 @@ mod tests {
             .node
             .set_valid_until(Instant::now() + Duration::from_secs(1));
         assert!(lease.is_valid(), "a renewal extends it");
-        lease.node.mark_lost();
+        lease.node.mark_lost(LossReason::Expired);
         assert!(!lease.is_valid());
     }
 

@@ -77,7 +77,10 @@ pub(super) async fn run(
         let end = keep_alive(&shared, &node, &mut validity).await;
         // Never renew this lease ID again: the server may still hold it, but our view of its
         // validity is gone.
-        node.mark_lost();
+        node.mark_lost(match end {
+            End::Lost(reason) => reason,
+            End::Shutdown => LossReason::StoreClosed,
+        });
         shared.set_current_node(None);
         match end {
             End::Shutdown => {
@@ -158,6 +161,10 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                 continue;
             }
         };
+        // A renewal that arrives after the deadline passed must not revive the lease.
+        if !validity.is_valid_at(Instant::now()) {
+            return End::Lost(LossReason::Expired);
+        }
         // The opening reply renewed the lease with its TTL (etcd-client keeps only its ID).
         validity.sent(sent);
         if let Renewal::Renewed { valid_until } = validity.replied(validity.ttl().as_secs() as i64)
@@ -189,6 +196,10 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                     next = now + every;
                 }
                 reply = stream.message() => match reply {
+                    // A renewal that arrives after the deadline passed must not revive the lease.
+                    Ok(Some(_)) if !validity.is_valid_at(Instant::now()) => {
+                        return End::Lost(LossReason::Expired);
+                    }
                     Ok(Some(reply)) => match validity.replied(reply.ttl()) {
                         Renewal::Renewed { valid_until } => node.set_valid_until(valid_until),
                         Renewal::Gone => return End::Lost(LossReason::KeepaliveFailed),
@@ -197,6 +208,10 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                     Ok(None) | Err(_) => {
                         tracing::debug!(%endpoint, "keepalive stream ended; re-opening");
                         shared.connection.rotate();
+                        tokio::select! {
+                            _ = sleep(Duration::from_millis(50)) => {}
+                            _ = shared.shutdown.cancelled() => return End::Shutdown,
+                        }
                         break;
                     }
                 },

@@ -269,7 +269,7 @@ impl Store {
 
     /// The number of session leases held now.
     pub fn held_sessions(&self) -> usize {
-        self.shared.registry.lock().expect("not poisoned").held()
+        self.shared.registry().held()
     }
 
     /// Acquires `session` if nobody owns it. One transaction; see the module docs.
@@ -302,8 +302,15 @@ impl Store {
         let deadline = Instant::now() + timeout;
         let waiter = Arc::new(Notify::new());
         let _standby = Standby::register(&self.shared, session, waiter.clone());
+        let timed_out = || AcquireError::TimedOut {
+            session_id: session,
+            waited: timeout,
+        };
         loop {
-            match self.acquire_lease(session).await {
+            // An attempt cut short by the deadline is safe: a lease nobody receives is
+            // released.
+            let attempt = tokio::time::timeout_at(deadline, self.acquire_lease(session)).await;
+            match attempt.map_err(|_| timed_out())? {
                 Ok(lease) => return Ok(lease),
                 Err(AcquireError::Held(_) | AcquireError::NodeLeaseInvalid) => {}
                 Err(AcquireError::OutcomeUnknown(e) | AcquireError::Etcd(e))
@@ -313,16 +320,14 @@ impl Store {
             tokio::select! {
                 _ = waiter.notified() => {}
                 _ = tokio::time::sleep(self.shared.standby_recheck) => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(AcquireError::TimedOut { session_id: session, waited: timeout });
-                }
+                _ = tokio::time::sleep_until(deadline) => return Err(timed_out()),
                 _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
             }
         }
     }
 
     /// Opens `session`'s journal for appending under `lease`: appends a fence at the current
-    /// tip and returns once it has committed. See the [`journal`](crate::journal) module.
+    /// tip and returns once it has committed. See the [`journal`](mod@crate::journal) module.
     ///
     /// `None` fails with [`NilLeaseError`]; a lease of another session, or a second open with
     /// the same lease, with typed errors too (one journal per lease, so fence epochs strictly
@@ -385,10 +390,13 @@ impl Store {
             })
             .await
             .map_err(OpenJournalError::Etcd)?;
-        let mut gets = response.op_responses().into_iter().filter_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
-            _ => None,
-        });
+        let mut gets = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+                _ => None,
+            });
         let (owner, tip) = (gets.next().flatten(), gets.next().flatten());
         if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
             return Err(fenced());
@@ -436,13 +444,14 @@ impl Store {
         session: Uuid,
     ) -> impl futures_util::Stream<Item = Result<Event, crate::ReplayError>> + Send + 'static {
         use futures_util::StreamExt as _;
-        self.replay_records(session).filter_map(|record| async move {
-            match record {
-                Ok(Record::Event(event)) => Some(Ok(event)),
-                Ok(Record::Fence(_)) => None,
-                Err(error) => Some(Err(error)),
-            }
-        })
+        self.replay_records(session)
+            .filter_map(|record| async move {
+                match record {
+                    Ok(Record::Event(event)) => Some(Ok(event)),
+                    Ok(Record::Fence(_)) => None,
+                    Err(error) => Some(Err(error)),
+                }
+            })
     }
 
     /// Replays all of `session`'s records, fences included (for maintenance and index
@@ -487,11 +496,7 @@ struct Standby<'a> {
 
 impl<'a> Standby<'a> {
     fn register(shared: &'a StoreShared, session: Uuid, waiter: Arc<Notify>) -> Self {
-        shared
-            .registry
-            .lock()
-            .expect("not poisoned")
-            .add_waiter(session, waiter.clone());
+        shared.registry().add_waiter(session, waiter.clone());
         Self {
             shared,
             session,
@@ -502,22 +507,74 @@ impl<'a> Standby<'a> {
 
 impl Drop for Standby<'_> {
     fn drop(&mut self) {
-        if let Ok(mut registry) = self.shared.registry.lock() {
-            registry.remove_waiter(self.session, &self.waiter);
-        }
+        self.shared
+            .registry()
+            .remove_waiter(self.session, &self.waiter);
     }
 }
 
 /// How many times an acquisition with an unknown outcome is re-sent.
-const RESENDS: usize = 2;
+const RESENDS: u32 = 2;
+
+/// An acquisition under way, registered so that watch events for its session are kept for it.
+/// Ends its registration also if the acquisition is dropped or panics.
+struct Acquiring<'a> {
+    shared: &'a StoreShared,
+    session: Uuid,
+    ended: bool,
+}
+
+impl<'a> Acquiring<'a> {
+    fn begin(shared: &'a StoreShared, session: Uuid) -> Self {
+        shared.registry().begin_acquire(session);
+        Self {
+            shared,
+            session,
+            ended: false,
+        }
+    }
+
+    fn end(mut self, lease: Option<&Arc<LeaseState>>) {
+        self.ended = true;
+        let orphans = self.shared.registry().end_acquire(self.session, lease);
+        for orphan in orphans {
+            self.shared.delete_orphan(orphan);
+        }
+    }
+}
+
+impl Drop for Acquiring<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let orphans = self.shared.registry().end_acquire(self.session, None);
+            for orphan in orphans {
+                self.shared.delete_orphan(orphan);
+            }
+        }
+    }
+}
 
 impl StoreShared {
     pub(crate) fn current_node(&self) -> Option<Arc<NodeLease>> {
-        self.current.lock().expect("not poisoned").clone()
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn set_current_node(&self, node: Option<Arc<NodeLease>>) {
-        *self.current.lock().expect("not poisoned") = node;
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = node;
+    }
+
+    /// The registry, also after a panic elsewhere poisoned its lock (its state stays
+    /// consistent: every mutation completes under the lock).
+    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
@@ -542,42 +599,45 @@ impl StoreShared {
             )])
             .or_else([TxnOp::get(key.as_str(), None)]);
 
-        self.registry
-            .lock()
-            .expect("not poisoned")
-            .begin_acquire(session);
-        let outcome = self.send_acquire(session, &txn, nonce).await;
+        let acquiring = Acquiring::begin(&self, session);
+        let outcome = self.send_acquire(session, &key, &txn, nonce).await;
         let state = outcome
             .as_ref()
             .ok()
             .map(|epoch| LeaseState::new(session, *epoch, key.clone(), nonce, node.clone()));
-        let orphans = self
-            .registry
-            .lock()
-            .expect("not poisoned")
-            .end_acquire(session, state.as_ref());
-        for orphan in orphans {
-            self.delete_orphan(orphan);
-        }
+        acquiring.end(state.as_ref());
         match (outcome, state) {
             (Ok(epoch), Some(state)) => {
-                tracing::debug!(%session, %epoch, "acquired");
-                Ok(Lease::new(state, self.clone()))
+                let lease = Lease::new(state, self.clone());
+                // Lost while it was being registered: a dropped lease is released.
+                match lease.loss_reason() {
+                    Some(LossReason::StoreClosed) => Err(AcquireError::StoreClosed),
+                    Some(LossReason::Expired | LossReason::KeepaliveFailed) => {
+                        Err(AcquireError::NodeLeaseInvalid)
+                    }
+                    _ => {
+                        tracing::debug!(%session, %epoch, "acquired");
+                        Ok(lease)
+                    }
+                }
             }
             (Err(error), _) => Err(error),
             (Ok(_), None) => unreachable!("a state is made for every epoch"),
         }
     }
 
-    /// Sends the acquisition, re-sending it while its outcome is unknown.
+    /// Sends the acquisition, re-sending it while its outcome is unknown; resolves what stays
+    /// unknown by reading the owner key.
     async fn send_acquire(
         &self,
         session: Uuid,
+        key: &str,
         txn: &Txn,
         nonce: Uuid,
     ) -> Result<Epoch, AcquireError> {
+        let mut unknown: Option<EtcdError> = None;
         let mut attempts = 0;
-        loop {
+        let response = loop {
             let sent = self
                 .connection
                 .write("acquire", |mut client, _| {
@@ -585,47 +645,92 @@ impl StoreShared {
                     async move { client.txn(txn).await }
                 })
                 .await;
-            let response = match sent {
-                Ok(response) => response,
-                Err(error) if error.class() == FailureClass::OutcomeUnknown => {
+            match sent {
+                Ok(response) => break response,
+                Err(error) if error.is_lease_not_found() => {
+                    // The node lease was replaced between the check and the transaction.
+                    return Err(AcquireError::NodeLeaseInvalid);
+                }
+                Err(error)
+                    if error.class() == FailureClass::OutcomeUnknown && attempts < RESENDS =>
+                {
                     attempts += 1;
-                    if attempts > RESENDS {
-                        // If one of them still commits, the watch finds the key unadopted.
-                        return Err(AcquireError::OutcomeUnknown(error));
-                    }
                     tracing::debug!(%session, %error, "acquisition outcome unknown; re-sending it");
-                    continue;
+                    unknown = Some(error);
+                    self.connection.rotate();
+                    tokio::time::sleep(Duration::from_millis(100 * attempts as u64)).await;
+                }
+                // Still unknown, or a definite failure after an unknown one that may yet
+                // commit: read what etcd has.
+                Err(error)
+                    if error.class() == FailureClass::OutcomeUnknown || unknown.is_some() =>
+                {
+                    return self.resolve_by_read(session, key, nonce, error).await;
                 }
                 Err(error) => return Err(AcquireError::Etcd(error)),
-            };
-            if response.succeeded() {
-                let revision = response.header().map_or(0, |h| h.revision());
-                return Ok(Epoch(revision as u64));
             }
-            let holder = response.op_responses().into_iter().find_map(|op| match op {
-                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            });
-            let Some(holder) = holder else {
-                // The compare saw a key that the get, in the same transaction, did not: etcd
-                // never does this. Report it as a failure rather than guess.
-                return Err(AcquireError::Etcd(EtcdError::new(
-                    "acquire",
-                    "(txn)",
-                    etcd_client::Error::Internal("owner key vanished inside a txn".into()),
-                )));
-            };
-            let epoch = Epoch(holder.create_revision() as u64);
-            if OwnerValue::decode(holder.value())
-                .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
-            {
-                // An earlier send of this same transaction committed: adopt it.
-                return Ok(epoch);
-            }
-            return Err(AcquireError::Held(LeaseHeldError {
-                session_id: session,
-                holder_epoch: epoch,
-            }));
+        };
+        if response.succeeded() {
+            let revision = response.header().map_or(0, |h| h.revision());
+            return Ok(Epoch(revision as u64));
+        }
+        let holder = response.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+            _ => None,
+        });
+        match holder {
+            Some(holder) => self.adopt_or_held(session, nonce, &holder),
+            // The compare saw a key that the get, in the same transaction, did not: etcd never
+            // does this. Report it rather than guess.
+            None => Err(AcquireError::Etcd(EtcdError::new(
+                "acquire",
+                "(txn)",
+                etcd_client::Error::Internal("owner key vanished inside a txn".into()),
+            ))),
+        }
+    }
+
+    /// Our nonce: an earlier send of this acquisition committed, adopt it. Else it is held.
+    fn adopt_or_held(
+        &self,
+        session: Uuid,
+        nonce: Uuid,
+        holder: &etcd_client::KeyValue,
+    ) -> Result<Epoch, AcquireError> {
+        let epoch = Epoch(holder.create_revision() as u64);
+        if OwnerValue::decode(holder.value())
+            .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
+        {
+            return Ok(epoch);
+        }
+        Err(AcquireError::Held(LeaseHeldError {
+            session_id: session,
+            holder_epoch: epoch,
+        }))
+    }
+
+    /// A linearizable read of the owner key settles an acquisition whose sends stayed unknown:
+    /// ours, someone else's, or (still) absent, in which case a late commit is found by the
+    /// watch as a key nobody adopted, and deleted.
+    async fn resolve_by_read(
+        &self,
+        session: Uuid,
+        key: &str,
+        nonce: Uuid,
+        error: EtcdError,
+    ) -> Result<Epoch, AcquireError> {
+        let read = self
+            .connection
+            .read("acquire resolution", |mut client, _| async move {
+                client.get(key, None).await
+            })
+            .await;
+        match read {
+            Ok(response) => match response.kvs().first() {
+                Some(holder) => self.adopt_or_held(session, nonce, holder),
+                None => Err(AcquireError::OutcomeUnknown(error)),
+            },
+            Err(_) => Err(AcquireError::OutcomeUnknown(error)),
         }
     }
 
@@ -648,7 +753,7 @@ impl StoreShared {
 
     /// Releases a lease whose state is already marked released.
     pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
-        self.registry.lock().expect("not poisoned").forget(state);
+        self.registry().forget(state);
         match self.guarded_delete(&state.owner_key, state.epoch).await {
             Ok(_) => Ok(()),
             Err(error) => {
@@ -661,7 +766,7 @@ impl StoreShared {
 
     /// Releases a dropped lease from the cleanup task.
     pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>) {
-        self.registry.lock().expect("not poisoned").forget(state);
+        self.registry().forget(state);
         let _ = self.cleanup.send(Cleanup::Release(state.clone()));
     }
 
@@ -672,9 +777,6 @@ impl StoreShared {
 
     /// Loses every lease of node lease `node_id` (all leases for `None`).
     pub(crate) fn lose_all(&self, node_id: Option<i64>, reason: LossReason) {
-        self.registry
-            .lock()
-            .expect("not poisoned")
-            .lose_all(node_id, reason);
+        self.registry().lose_all(node_id, reason);
     }
 }

@@ -120,28 +120,48 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
     }
 }
 
+/// Owner keys per page of the snapshot read: one page stays far below etcd-client's 4 MiB
+/// reply limit whatever the namespace holds.
+const SNAPSHOT_PAGE: i64 = 1000;
+
+/// Reads every owner key at one revision (the first page's, linearizable), page by page.
 async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
     let prefix = shared.namespace.owners_prefix();
     let range_end = prefix_end(&prefix);
-    let response = shared
-        .connection
-        .read("owners snapshot", |mut client, _| {
-            let options = GetOptions::new().with_range(range_end.clone());
-            let prefix = prefix.clone();
-            async move { client.get(prefix, Some(options)).await }
-        })
-        .await
-        .map_err(|error| format!("reading the owner keys failed: {error}"))?;
-    let revision = response.header().map_or(0, |h| h.revision());
-    let owners = response
-        .kvs()
-        .iter()
-        .filter_map(|kv| {
-            let session = session_of(shared, kv)?;
-            Some((session, put_event(shared, kv)))
-        })
-        .collect();
-    Ok(Snapshot { revision, owners })
+    let mut from = prefix.into_bytes();
+    let mut revision = 0;
+    let mut owners = HashMap::new();
+    loop {
+        let response = shared
+            .connection
+            .read("owners snapshot", |mut client, _| {
+                let mut options = GetOptions::new()
+                    .with_range(range_end.clone())
+                    .with_limit(SNAPSHOT_PAGE);
+                if revision > 0 {
+                    options = options.with_revision(revision);
+                }
+                let from = from.clone();
+                async move { client.get(from, Some(options)).await }
+            })
+            .await
+            .map_err(|error| format!("reading the owner keys failed: {error}"))?;
+        if revision == 0 {
+            revision = response.header().map_or(0, |h| h.revision());
+        }
+        for kv in response.kvs() {
+            if let Some(session) = session_of(shared, kv) {
+                owners.insert(session, put_event(shared, kv));
+            }
+        }
+        match response.kvs().last() {
+            Some(last) if response.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok(Snapshot { revision, owners }),
+        }
+    }
 }
 
 /// Applies a snapshot to every session the store cares about, as if each had one event at the
@@ -149,7 +169,7 @@ async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
 fn reconcile(shared: &StoreShared, snapshot: &Snapshot) {
     let mut orphans = Vec::new();
     {
-        let mut registry = shared.registry.lock().expect("not poisoned");
+        let mut registry = shared.registry();
         let mut seen = std::collections::HashSet::new();
         for session in registry.sessions() {
             seen.insert(session);
@@ -171,11 +191,7 @@ fn reconcile(shared: &StoreShared, snapshot: &Snapshot) {
 }
 
 fn observe(shared: &StoreShared, session: Uuid, event: OwnerEvent) {
-    let orphan = shared
-        .registry
-        .lock()
-        .expect("not poisoned")
-        .observe(session, event);
+    let orphan = shared.registry().observe(session, event);
     if let Some(orphan) = orphan {
         shared.delete_orphan(orphan);
     }

@@ -97,10 +97,20 @@ impl Registry {
         };
         entry.acquiring = entry.acquiring.saturating_sub(1);
         if let Some(lease) = lease {
+            // Its node lease was lost before it could be registered (the fan-out to held
+            // leases has run already): lose it the same way.
+            if let Some(reason) = lease.node.loss_reason() {
+                lease.lose(reason);
+            }
             for event in &entry.seen {
                 if let Some(reason) = verdict(lease.epoch, lease.released(), event) {
                     lease.lose(reason);
                 }
+            }
+            // A newer epoch for the same session proves the older owner key is gone, even if
+            // the watch has not said so yet.
+            if let Some(older) = entry.held.take_if(|older| older.epoch < lease.epoch) {
+                older.lose(LossReason::Revoked);
             }
             if lease.loss_reason().is_none() {
                 entry.held = Some(lease.clone());
@@ -304,6 +314,35 @@ mod tests {
         let held = lease(session, 5, nonce);
         assert_eq!(registry.end_acquire(session, Some(&held)), vec![]);
         assert_eq!(held.loss_reason(), Some(LossReason::Revoked));
+        assert_eq!(registry.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_acquisition_of_the_same_session_loses_the_older_lease() {
+        let session = Uuid::new_v4();
+        let mut registry = Registry::default();
+        let older = lease(session, 5, Uuid::new_v4());
+        registry.begin_acquire(session);
+        registry.end_acquire(session, Some(&older));
+        // The older key was deleted at 7 (not yet seen); the session is acquired again at 9.
+        let newer = lease(session, 9, Uuid::new_v4());
+        registry.begin_acquire(session);
+        registry.end_acquire(session, Some(&newer));
+        assert_eq!(older.loss_reason(), Some(LossReason::Revoked));
+        assert_eq!(newer.loss_reason(), None);
+        assert_eq!(registry.held(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquisition_registered_after_its_node_lease_was_lost_is_lost() {
+        let session = Uuid::new_v4();
+        let mut registry = Registry::default();
+        let late = lease(session, 5, Uuid::new_v4());
+        registry.begin_acquire(session);
+        late.node.mark_lost(LossReason::StoreClosed);
+        registry.lose_all(None, LossReason::StoreClosed);
+        registry.end_acquire(session, Some(&late));
+        assert_eq!(late.loss_reason(), Some(LossReason::StoreClosed));
         assert_eq!(registry.held(), 0);
     }
 
