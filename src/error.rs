@@ -325,6 +325,9 @@ pub enum JournalWriteError {
     /// Permanent for this journal.
     #[error("the journal's tip is unknown after an append with an unknown outcome")]
     Indeterminate,
+    /// The journal was closed (its session is shutting down). Permanent.
+    #[error("the journal is closed")]
+    Closed,
     /// etcd failed the request without applying it. Transient or permanent as its class says;
     /// the journal can go on.
     #[error("append failed")]

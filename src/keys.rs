@@ -117,6 +117,11 @@ impl Namespace {
     pub fn workspaces_prefix(&self) -> String {
         format!("{}/workspaces/", self.0)
     }
+
+    /// `{ns}/workspaces/{id}`.
+    pub fn workspace_key(&self, id: &str) -> String {
+        format!("{}/workspaces/{id}", self.0)
+    }
 }
 
 impl Default for Namespace {

@@ -51,6 +51,7 @@ mod error;
 pub mod journal;
 pub mod keys;
 pub mod lease;
+pub mod rig;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -68,5 +69,6 @@ pub use journal::{
 };
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
+pub use rig::{GcView, Rig};
 pub use store::{Store, StoreOptions};
 pub use uuid::Uuid;

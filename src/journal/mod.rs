@@ -148,6 +148,7 @@ enum Condition {
     Open,
     Fenced,
     Indeterminate,
+    Closed,
 }
 
 struct Writer {
@@ -389,6 +390,7 @@ impl Journal {
             Condition::Open => {}
             Condition::Fenced => return Err(JournalWriteError::Fenced(self.fenced())),
             Condition::Indeterminate => return Err(JournalWriteError::Indeterminate),
+            Condition::Closed => return Err(JournalWriteError::Closed),
         }
         self.ownership
             .check()
@@ -453,6 +455,12 @@ impl Journal {
             }
             Sent::Failed(error) => Err(JournalWriteError::Etcd(error)),
         }
+    }
+
+    /// Waits for the append in flight, if any, and refuses every later one
+    /// ([`JournalWriteError::Closed`]): after this, the last durable append is behind us.
+    pub async fn close(&self) {
+        self.writer.lock().await.condition = Condition::Closed;
     }
 
     fn fenced(&self) -> AppendError {

@@ -68,6 +68,14 @@ impl Lease {
         &self.state
     }
 
+    pub(crate) fn is_released(&self) -> bool {
+        self.state.released()
+    }
+
+    pub(crate) fn store(&self) -> &Arc<StoreShared> {
+        &self.store
+    }
+
     /// A read-only view of this ownership that cannot release it: what the journal and object
     /// GC receive.
     pub fn ownership(&self) -> Ownership {

@@ -11,13 +11,19 @@ use tokio::time::sleep;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::Orphan;
-use crate::lease::LeaseState;
+use crate::lease::{LeaseState, NodeLease};
 
 pub(crate) enum Cleanup {
     /// Delete the owner key if it still has the lease's epoch.
     Release(Arc<LeaseState>),
     /// Delete the owner key if it still holds this store's value with this nonce.
     Orphan(Orphan),
+    /// Delete `key` if it still has this create_revision (a workspace root).
+    Guarded {
+        key: String,
+        create_revision: i64,
+        node: Arc<NodeLease>,
+    },
 }
 
 /// Runs each job on a task of its own (a slow one must not hold up the others) until the store
@@ -55,6 +61,15 @@ async fn retry(shared: Arc<StoreShared>, job: Cleanup) {
             let compare = Compare::value(key.as_str(), CompareOp::Equal, value);
             (key, compare, None)
         }
+        Cleanup::Guarded {
+            key,
+            create_revision,
+            node,
+        } => (
+            key.clone(),
+            Compare::create_revision(key.as_str(), CompareOp::Equal, *create_revision),
+            Some(node.clone()),
+        ),
     };
     let txn = Txn::new()
         .when([compare])

@@ -770,6 +770,21 @@ impl StoreShared {
         let _ = self.cleanup.send(Cleanup::Release(state.clone()));
     }
 
+    /// Deletes `key` in the background if it still has `create_revision`; retried until
+    /// confirmed or `node` (which the key is attached to) is lost.
+    pub(crate) fn delete_guarded_in_background(
+        &self,
+        key: String,
+        create_revision: i64,
+        node: Arc<NodeLease>,
+    ) {
+        let _ = self.cleanup.send(Cleanup::Guarded {
+            key,
+            create_revision,
+            node,
+        });
+    }
+
     pub(crate) fn delete_orphan(&self, orphan: Orphan) {
         tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
         let _ = self.cleanup.send(Cleanup::Orphan(orphan));
