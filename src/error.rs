@@ -258,6 +258,9 @@ pub enum OpenJournalError {
         /// The session the lease owns.
         lease_session: Uuid,
     },
+    /// The lease was acquired through another store. Permanent.
+    #[error("the lease belongs to another store")]
+    ForeignLease,
     /// A journal was already opened with this lease: one journal per lease, so that fence
     /// epochs strictly increase. Permanent.
     #[error("a journal was already opened with the lease at epoch {epoch}")]

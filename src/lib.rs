@@ -48,6 +48,7 @@
 
 mod connection;
 mod error;
+pub mod fault;
 pub mod journal;
 pub mod keys;
 pub mod lease;

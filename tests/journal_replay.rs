@@ -136,3 +136,24 @@ async fn a_corrupt_record_is_a_typed_error_naming_its_key() {
         other => panic!("expected a decode error, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_shrink_to_fit_large_records() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let ns = random_namespace();
+    let store = common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    // Ten 600 KiB events: a page of all of them would be far over etcd-client's 4 MiB.
+    for i in 0..10u8 {
+        journal.append(vec![b'a' + i; 600 * 1024]).await.unwrap();
+    }
+    let mut replay = store.replay_records(session);
+    let mut seqs = Vec::new();
+    while let Some(record) = replay.next().await {
+        let record = record.expect("pages shrink instead of failing");
+        seqs.push(record.seq());
+    }
+    assert_eq!(seqs, (1..=11).collect::<Vec<u64>>());
+}

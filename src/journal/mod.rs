@@ -300,17 +300,19 @@ pub(crate) async fn send_resolving(
             Err(error) if error.class() == FailureClass::OutcomeUnknown => {
                 attempt += 1;
                 if attempt > RESENDS {
-                    return Sent::Unknown(error);
+                    return Sent::Unknown(unknown.unwrap_or(error));
                 }
                 tracing::debug!(key = first_key, %error, attempt, "outcome unknown; re-sending the same transaction");
-                unknown = Some(error);
+                // Keep the first unknown failure: it is the one that may have committed.
+                unknown.get_or_insert(error);
+                connection.rotate();
                 tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)))
                     .await;
             }
             // This send was not applied; but an earlier one with an unknown outcome may have been.
             Err(error) => {
                 return match unknown {
-                    Some(_) => Sent::Unknown(error),
+                    Some(first) => Sent::Unknown(first),
                     None => Sent::Failed(error),
                 };
             }
@@ -434,7 +436,12 @@ impl Journal {
         );
         debug_assert_eq!(append.size, size);
         let first_key = self.namespace.record_key(self.session_id(), first_seq);
-        match send_resolving(&self.connection, &append.txn, &first_key, nonce).await {
+        // Until the send resolves, the tip is unknown: if this future is dropped mid-send, the
+        // journal must not go on as if nothing had been sent.
+        writer.condition = Condition::Indeterminate;
+        let sent = send_resolving(&self.connection, &append.txn, &first_key, nonce).await;
+        writer.condition = Condition::Open;
+        match sent {
             Sent::Committed { revision } => {
                 writer.next_seq = last_seq + 1;
                 writer.tip_mod_revision = revision;

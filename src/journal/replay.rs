@@ -13,6 +13,15 @@ use super::record::{Record, decode_record, seq_of_key};
 use crate::connection::Connection;
 use crate::error::ReplayError;
 
+/// tonic's "decoded message length too large": the reply exceeded the 4 MiB decode limit.
+fn is_too_large(error: &crate::EtcdError) -> bool {
+    use std::error::Error as _;
+    error.code() == Some(tonic::Code::OutOfRange)
+        && error
+            .source()
+            .is_some_and(|source| source.to_string().contains("message length too large"))
+}
+
 struct Page {
     revision: i64,
     kvs: Vec<(Vec<u8>, Vec<u8>)>,
@@ -35,6 +44,8 @@ pub struct Replay {
     buffered: VecDeque<Record>,
     /// An error met in the middle of a page, yielded after the records before it.
     failed: Option<ReplayError>,
+    /// Lowered when a page came back larger than etcd-client decodes (4 MiB).
+    cap: usize,
     pending: Option<BoxFuture<'static, Result<Page, ReplayError>>>,
     done: bool,
     pages: usize,
@@ -56,10 +67,11 @@ impl Replay {
             range_end: crate::keys::prefix_end(&prefix),
             next_key: prefix.into_bytes(),
             revision: 0,
-            options,
+            options: options.clone(),
             largest_record: None,
             buffered: VecDeque::new(),
             failed: None,
+            cap: options.page_records.max(1),
             pending: None,
             done: false,
             pages: 0,
@@ -83,7 +95,7 @@ impl Replay {
         let Some(largest) = self.largest_record else {
             return 1;
         };
-        (self.options.page_bytes / largest.max(1)).clamp(1, self.options.page_records.max(1))
+        (self.options.page_bytes / largest.max(1)).clamp(1, self.cap)
     }
 
     fn fetch(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
@@ -180,6 +192,11 @@ impl Stream for Replay {
             self.pending = None;
             match page {
                 Ok(page) => self.take_page(page),
+                // Records larger than those seen so far made the reply too large to decode:
+                // read the same page again, smaller.
+                Err(ReplayError::Etcd(error)) if is_too_large(&error) && self.page_limit() > 1 => {
+                    self.cap = (self.page_limit() / 2).max(1);
+                }
                 Err(error) => {
                     self.done = true;
                     return Poll::Ready(Some(Err(error)));

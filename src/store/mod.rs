@@ -346,6 +346,9 @@ impl Store {
                 lease_session: lease.session_id(),
             });
         }
+        if !Arc::ptr_eq(lease.store(), &self.shared) {
+            return Err(OpenJournalError::ForeignLease);
+        }
         let state = lease.state().clone();
         if !state.claim_journal() {
             return Err(OpenJournalError::AlreadyOpen {

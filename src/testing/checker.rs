@@ -75,9 +75,12 @@ pub struct InvariantViolation {
 
 /// Replays `session`'s journal and checks DESIGN §6 invariants 1–4 against `history`:
 ///
-/// 1. one chain: sequence numbers gapless from 1 (and unique: one key per number);
-/// 2. no record of epoch e after a fence of epoch e' > e;
-/// 3. fence epochs strictly increase;
+/// 1. one chain: sequence numbers gapless from 1 (and unique: one key per number), each fence
+///    naming the record before it as its previous tip;
+/// 2. no record of epoch e after a fence of epoch e' > e; stronger: every event carries the
+///    epoch of the last fence before it (each writer fences before it writes). Sequence order
+///    is commit order here, since the chain is gapless and each append compares the tip;
+/// 3. fence epochs strictly increase, and record 1 is a fence;
 /// 4. every acknowledged append present exactly once, an outcome-unknown append at most once,
 ///    and a definitely failed append not at all.
 pub async fn check_journal(
@@ -90,6 +93,7 @@ pub async fn check_journal(
     let (mut records, mut events) = (0u64, 0u64);
     let mut fence_epochs: Vec<Epoch> = Vec::new();
     let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut previous: Option<(u64, Epoch)> = None;
     while let Some(record) = replay.next().await {
         let record = match record {
             Ok(record) => record,
@@ -99,6 +103,9 @@ pub async fn check_journal(
             }
         };
         records += 1;
+        if records == 1 && !matches!(record, Record::Fence(_)) {
+            violations.push("invariant 3: record 1 is not a fence".to_owned());
+        }
         if record.seq() != records {
             violations.push(format!(
                 "invariant 1: record {} found where {records} belongs",
@@ -114,6 +121,28 @@ pub async fn check_journal(
                 record.epoch()
             ));
         }
+        match &record {
+            Record::Event(event) if fence_epochs.last() != Some(&event.epoch) => {
+                violations.push(format!(
+                    "invariant 2: event {} of epoch {} is not under a fence of its epoch (last fence: {:?})",
+                    event.seq,
+                    event.epoch,
+                    fence_epochs.last()
+                ));
+            }
+            Record::Fence(fence)
+                if fence.previous.map(|tip| tip.seq) != previous.map(|p: (u64, Epoch)| p.0)
+                    || fence.previous.map(|tip| tip.epoch) != previous.map(|p| p.1) =>
+            {
+                violations.push(format!(
+                    "invariant 1: fence {} names previous tip {:?}, but the record before it is {previous:?}",
+                    fence.seq,
+                    fence.previous.map(|tip| (tip.seq, tip.epoch))
+                ));
+            }
+            _ => {}
+        }
+        previous = Some((record.seq(), record.epoch()));
         match record {
             Record::Fence(fence) => {
                 if let Some(&last) = fence_epochs.last()

@@ -49,16 +49,15 @@ mod checker;
 mod cluster;
 mod image;
 mod node;
-mod proxy;
 
 use std::future::Future;
 use std::time::Duration;
 
+pub use crate::fault::{FaultProxy, ProxyMode};
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageBuild};
 pub use node::EtcdNode;
-pub use proxy::{FaultProxy, ProxyMode};
 
 use crate::keys::Namespace;
 

@@ -1,4 +1,5 @@
-//! [`FaultProxy`]: a TCP proxy on loopback between one client and etcd, with faults on demand.
+//! [`FaultProxy`]: a TCP proxy on loopback between one client and etcd, with faults on demand,
+//! for tests, demos and chaos drills. (`leasehold::testing` re-exports it.)
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,8 +10,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
-
-use super::HarnessError;
 
 /// What the proxy does to traffic; see [`FaultProxy`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,17 +70,13 @@ impl std::fmt::Debug for FaultProxy {
 
 impl FaultProxy {
     /// Starts a proxy to `upstream`, an etcd client URL (`http://host:port`) or `host:port`.
-    pub async fn start(upstream: &str) -> Result<Self, HarnessError> {
+    pub async fn start(upstream: &str) -> std::io::Result<Self> {
         let upstream = upstream
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_owned();
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| HarnessError::io("bind the fault proxy", e))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("read the fault proxy's address", e))?;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let local = listener.local_addr()?;
         let (mode, _) = watch::channel(ProxyMode::Pass);
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         let accept = tokio::spawn(accept_loop(
