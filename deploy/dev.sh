@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # leasehold's two developer commands.
 #
-#   ./deploy/dev.sh demo   install what is missing, start a throwaway etcd, run the demo
+#   ./deploy/dev.sh demo   install what is missing, then the demo (which starts a throwaway etcd)
 #   ./deploy/dev.sh test   install what is missing, then format check, clippy, every test
 #                          (unit and integration, etcd containers included) and the docs
 #
@@ -49,18 +49,6 @@ ensure_docker() {
   fi
 }
 
-free_port() {
-  local port
-  for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 10000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  fail "found no free port on 127.0.0.1"
-}
-
 cmd_demo() {
   ensure_toolchain
   ensure_protoc
@@ -68,30 +56,10 @@ cmd_demo() {
   etcd=$(etcd_binary 3.5.16)
   say "building leasehold"
   cargo build --quiet --bin leasehold
-
-  # Globals: the EXIT trap runs after this function has returned.
-  local client peer
-  dir=$(mktemp -d)
-  client=$(free_port)
-  peer=$(free_port)
-  say "starting a throwaway etcd on 127.0.0.1:$client (data in $dir)"
-  "$etcd" --name demo --data-dir "$dir/data" \
-    --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
-    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-    --initial-cluster "demo=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
-  pid=$!
-  demo_cleanup() {
-    local rc=$?
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    rm -rf "$dir"
-    exit "$rc"
-  }
-  trap demo_cleanup EXIT
-  trap 'exit 130' INT TERM
-
-  say "leasehold status"
-  ./target/debug/leasehold status --endpoints "http://127.0.0.1:$client" --connect-timeout 15
+  # The demo starts its own throwaway etcd from this binary (data in a temporary directory,
+  # removed on exit, also on Ctrl-C).
+  say "leasehold demo"
+  LEASEHOLD_ETCD_BIN="$etcd" ./target/debug/leasehold demo
 }
 
 cmd_test() {

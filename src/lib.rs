@@ -16,6 +16,13 @@
 //!   an idempotent [`release`](Lease::release). [`Ownership`] is the read-only view of it that
 //!   cannot release; its [`guard`](Ownership::guard) makes an etcd transaction conditional on
 //!   still owning. See the [`lease`] module.
+//! - [`Journal`]: a session's append-only journal, fenced by the epoch: opening it appends a
+//!   fence, every append is one compare-and-swap transaction, and an append whose reply was
+//!   lost is resolved, never guessed. See the [`journal`] module.
+//! - [`Rig`]: the composition root of a live session (lease, workspace root, journal) with an
+//!   ordered shutdown, and the [`GcView`] that object GC gets. See the [`rig`] module.
+//! - [`fault::FaultProxy`]: a loopback TCP proxy that injects network faults between one
+//!   client and etcd, for tests, demos and drills.
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
 //!   retries only what is safe to retry (see [`FailureClass`]).
 //! - [`Namespace`]: the key layout every deployment lives under (see [`keys`]).

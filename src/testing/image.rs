@@ -260,8 +260,9 @@ impl Rootfs {
     }
 }
 
-/// The cached etcd binary of `version`, fetched with the embedded script when missing.
-async fn etcd_binary(version: &str) -> Result<PathBuf, HarnessError> {
+/// The cached etcd binary of `version` (3.5.16 or 3.4.23), fetched with the embedded script
+/// when missing: for tests that run etcd as a process rather than a container.
+pub async fn etcd_binary(version: &str) -> Result<PathBuf, HarnessError> {
     let failed = |detail: String| HarnessError::EtcdBinary {
         version: version.to_owned(),
         detail,

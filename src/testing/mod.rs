@@ -56,7 +56,7 @@ use std::time::Duration;
 pub use crate::fault::{FaultProxy, ProxyMode};
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
-pub use image::{EtcdImage, ImageBuild};
+pub use image::{EtcdImage, ImageBuild, etcd_binary};
 pub use node::EtcdNode;
 
 use crate::keys::Namespace;
