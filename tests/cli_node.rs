@@ -40,6 +40,52 @@ fn spawn_node(endpoint: &str, namespace: &Namespace, name: &str) -> Child {
         .expect("node starts")
 }
 
+/// Whether every owned session's journal is open under its current owner: its tip was written
+/// at the owner's epoch (the fence, or a heartbeat after it).
+async fn journals_open(raw: &etcd_client::Client, namespace: &Namespace) -> bool {
+    let response = raw
+        .clone()
+        .get(
+            namespace.owners_prefix(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    for kv in response.kvs() {
+        let session: Uuid = std::str::from_utf8(kv.key())
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let tip = raw
+            .clone()
+            .get(namespace.tip_key(session), None)
+            .await
+            .unwrap();
+        // tip = version:u8 seq:u64 epoch:u64 nonce:[u8;16]
+        let epoch = tip
+            .kvs()
+            .first()
+            .map(|t| u64::from_be_bytes(t.value()[9..17].try_into().unwrap()));
+        if epoch != Some(kv.create_revision() as u64) {
+            return false;
+        }
+    }
+    true
+}
+
+async fn journals_open_within(raw: &etcd_client::Client, namespace: &Namespace) {
+    wait_for(
+        "every journal open under its owner",
+        Duration::from_secs(30),
+        || async { journals_open(raw, namespace).await.then_some(()) },
+    )
+    .await
+    .unwrap();
+}
+
 /// session → owning node, read from the owner keys themselves.
 async fn owners(raw: &etcd_client::Client, namespace: &Namespace) -> HashMap<Uuid, String> {
     let response = raw
@@ -89,8 +135,8 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         .map(|name| (name, spawn_node(etcd.endpoint(), &ns, name)))
         .collect();
 
-    // --- every session owned, by exactly one node (one owner key each)
-    let before = wait_until_owned(
+    // --- every session owned, by exactly one node (one owner key each), its journal open
+    wait_until_owned(
         &raw,
         &ns,
         "all 30 sessions owned",
@@ -98,6 +144,8 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         |_| true,
     )
     .await;
+    journals_open_within(&raw, &ns).await;
+    let before = owners(&raw, &ns).await;
     let count =
         |owners: &HashMap<Uuid, String>, node: &str| owners.values().filter(|n| *n == node).count();
     println!(
@@ -114,7 +162,7 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         .unwrap();
     let killed = Instant::now();
     nodes.get_mut(victim).unwrap().start_kill().unwrap();
-    let after_kill = wait_until_owned(
+    wait_until_owned(
         &raw,
         &ns,
         "the killed node's sessions owned again",
@@ -126,6 +174,8 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         "killed node {victim}'s sessions owned again after {:?}",
         killed.elapsed()
     );
+    journals_open_within(&raw, &ns).await;
+    let after_kill = owners(&raw, &ns).await;
 
     // --- SIGTERM another: its sessions move within 1 s
     let leaver = ["a", "b", "c"]
