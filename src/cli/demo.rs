@@ -104,9 +104,11 @@ async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Failure> {
 }
 
 pub(crate) async fn run(common: &Common) -> Result<(), Failure> {
+    // On SIGINT or SIGTERM the demo returns: the throwaway etcd is killed and its data removed
+    // as they drop.
     tokio::select! {
         result = demo(common) => result,
-        _ = tokio::signal::ctrl_c() => Err(Failure::message("interrupted", 130)),
+        () = super::node::wait_for_signal() => Err(Failure::message("interrupted", 130)),
     }
 }
 

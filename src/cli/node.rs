@@ -115,7 +115,7 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     Ok(())
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut terminate) => {
