@@ -6,111 +6,117 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::testing::{
-    AppendHistory, EtcdNode, FaultProxy, check_journal, random_namespace, wait_for,
-};
+use leasehold::testing::{AppendHistory, FaultProxy, check_journal, wait_for};
+use leasehold::{Appended, Journal, JournalWriteError, Lease, Store};
+use tokio::task::JoinHandle;
 use uuid::Uuid;
+
+/// Store A reaches etcd through a fault proxy, with a journal open on a fresh session.
+struct Writer {
+    journal: Arc<Journal>,
+    lease: Lease,
+    store: Store,
+    session: Uuid,
+    proxy: FaultProxy,
+    etcd: common::Etcd,
+}
+
+async fn writer() -> Writer {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 30).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
+    Writer {
+        journal,
+        lease,
+        store,
+        session,
+        proxy,
+        etcd,
+    }
+}
+
+impl Writer {
+    fn append(&self, payload: &'static str) -> JoinHandle<Result<Appended, JournalWriteError>> {
+        let journal = self.journal.clone();
+        tokio::spawn(async move { journal.append(payload).await })
+    }
+
+    /// Waits until record `seq` is in etcd (seen from outside).
+    async fn committed(&self, seq: u64) {
+        let key = self.etcd.ns.record_key(self.session, seq);
+        wait_for("the append to commit", Duration::from_secs(5), || async {
+            (common::create_revision(&self.etcd.raw, &key).await > 0).then_some(())
+        })
+        .await
+        .unwrap();
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_append_whose_reply_was_dropped_is_reported_committed() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let proxy = FaultProxy::start(etcd.endpoint()).await.unwrap();
-    let ns = random_namespace();
-    let a = common::store(&[proxy.endpoint()], &ns, "a", 30).await;
-    let raw = common::raw(etcd.endpoint()).await;
-    let session = Uuid::new_v4();
-    let lease = a.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(a.open_journal(session, Some(&lease)).await.unwrap());
+    let a = writer().await;
     let mut history = AppendHistory::default();
 
-    proxy.drop_replies();
-    let pending = tokio::spawn({
-        let journal = journal.clone();
-        async move { journal.append("x").await }
-    });
+    a.proxy.drop_replies();
+    let pending = a.append("x");
     // It commits; its reply never arrives.
-    let key = ns.record_key(session, 2);
-    wait_for("the append to commit", Duration::from_secs(5), || async {
-        (common::create_revision(&raw, &key).await > 0).then_some(())
-    })
-    .await
-    .unwrap();
+    a.committed(2).await;
     assert!(!pending.is_finished());
-    proxy.heal();
+    a.proxy.heal();
     let result = pending.await.unwrap();
     history.record(&["x"], &result);
     let appended = result.expect("resolved as committed");
     assert_eq!(appended.first_seq, 2);
-    let result = journal.append("y").await;
+    let result = a.journal.append("y").await;
     history.record(&["y"], &result);
     result.expect("the journal goes on");
-    let report = check_journal(&a, session, &history).await.unwrap();
+    let report = check_journal(&a.store, a.session, &history).await.unwrap();
     assert_eq!(report.events, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_append_that_never_reached_etcd_is_sent_again_and_committed_once() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let proxy = FaultProxy::start(etcd.endpoint()).await.unwrap();
-    let ns = random_namespace();
-    let a = common::store(&[proxy.endpoint()], &ns, "a", 30).await;
-    let raw = common::raw(etcd.endpoint()).await;
-    let session = Uuid::new_v4();
-    let lease = a.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(a.open_journal(session, Some(&lease)).await.unwrap());
+    let a = writer().await;
     let mut history = AppendHistory::default();
 
-    proxy.blackhole();
-    let pending = tokio::spawn({
-        let journal = journal.clone();
-        async move { journal.append("x").await }
-    });
+    a.proxy.blackhole();
+    let pending = a.append("x");
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The held request is dropped with its connection: it never reached etcd.
-    proxy.cut();
-    proxy.heal();
+    a.proxy.cut();
+    a.proxy.heal();
     let result = pending.await.unwrap();
     history.record(&["x"], &result);
     let appended = result.expect("sent again and committed");
     assert_eq!(appended.first_seq, 2);
-    assert!(common::create_revision(&raw, &ns.record_key(session, 2)).await > 0);
-    let report = check_journal(&a, session, &history).await.unwrap();
+    let key = a.etcd.ns.record_key(a.session, 2);
+    assert!(common::create_revision(&a.etcd.raw, &key).await > 0);
+    let report = check_journal(&a.store, a.session, &history).await.unwrap();
     assert_eq!(report.events, 1, "exactly once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_append_is_found_even_after_another_owner_fenced_the_journal() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let proxy = FaultProxy::start(etcd.endpoint()).await.unwrap();
-    let ns = random_namespace();
-    let a = common::store(&[proxy.endpoint()], &ns, "a", 30).await;
-    let b = common::store(&[etcd.endpoint().to_owned()], &ns, "b", 30).await;
-    let mut raw = common::raw(etcd.endpoint()).await;
-    let session = Uuid::new_v4();
-    let lease_a = a.acquire_lease(session).await.unwrap();
-    let journal_a = Arc::new(a.open_journal(session, Some(&lease_a)).await.unwrap());
+    let a = writer().await;
+    let b = a.etcd.store("b", 30).await;
     let mut history = AppendHistory::default();
 
     // --- phase: A's append commits; its reply is lost
-    proxy.drop_replies();
-    let pending = tokio::spawn({
-        let journal = journal_a.clone();
-        async move { journal.append("x").await }
-    });
-    let key = ns.record_key(session, 2);
-    wait_for("the append to commit", Duration::from_secs(5), || async {
-        (common::create_revision(&raw, &key).await > 0).then_some(())
-    })
-    .await
-    .unwrap();
+    a.proxy.drop_replies();
+    let pending = a.append("x");
+    a.committed(2).await;
 
     // --- phase: before A can ask, A's ownership ends and B fences the journal
-    raw.delete(lease_a.owner_key(), None).await.unwrap();
-    let lease_b = b.acquire_lease(session).await.unwrap();
-    let journal_b = b.open_journal(session, Some(&lease_b)).await.unwrap();
+    let mut raw = a.etcd.raw.clone();
+    raw.delete(a.lease.owner_key(), None).await.unwrap();
+    let lease_b = b.acquire_lease(a.session).await.unwrap();
+    let journal_b = b.open_journal(a.session, Some(&lease_b)).await.unwrap();
 
     // --- phase: A hears back: its re-send's compare fails, and the record it reads is its own
-    proxy.heal();
+    a.proxy.heal();
     let result = pending.await.unwrap();
     history.record(&["x"], &result);
     let appended = result.expect("committed, not fenced");
@@ -119,7 +125,7 @@ async fn a_committed_append_is_found_even_after_another_owner_fenced_the_journal
     history.record(&["y"], &result);
     result.unwrap();
 
-    let report = check_journal(&b, session, &history).await.unwrap();
-    assert_eq!(report.fence_epochs, [lease_a.epoch(), lease_b.epoch()]);
+    let report = check_journal(&b, a.session, &history).await.unwrap();
+    assert_eq!(report.fence_epochs, [a.lease.epoch(), lease_b.epoch()]);
     assert_eq!(report.records, 4, "fence, x, fence, y");
 }

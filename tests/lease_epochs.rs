@@ -2,20 +2,15 @@
 
 mod common;
 
-use leasehold::testing::{EtcdNode, random_namespace};
 use leasehold::{AcquireError, Epoch, LeaseHeldError};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_epoch_is_the_owner_keys_create_revision_and_held_errors_name_the_holder() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
-    let (a, b) = (
-        common::store(&endpoints, &ns, "a", 10).await,
-        common::store(&endpoints, &ns, "b", 10).await,
-    );
-    let raw = common::raw(etcd.endpoint()).await;
+    let etcd = common::Etcd::start().await;
+    let ns = &etcd.ns;
+    let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
+    let raw = &etcd.raw;
     let session = Uuid::new_v4();
 
     let lease = a.acquire_lease(session).await.expect("free session");
@@ -23,7 +18,7 @@ async fn the_epoch_is_the_owner_keys_create_revision_and_held_errors_name_the_ho
     assert_eq!(lease.owner_key(), key);
     assert_eq!(
         lease.epoch(),
-        Epoch(common::create_revision(&raw, &key).await as u64)
+        Epoch(common::create_revision(raw, &key).await as u64)
     );
     assert!(lease.is_valid());
 
@@ -46,12 +41,10 @@ async fn the_epoch_is_the_owner_keys_create_revision_and_held_errors_name_the_ho
 
 #[tokio::test(flavor = "multi_thread")]
 async fn epochs_strictly_increase_over_twenty_handovers_among_three_stores() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
+    let etcd = common::Etcd::start().await;
     let mut stores = Vec::new();
     for node in ["a", "b", "c"] {
-        stores.push(common::store(&endpoints, &ns, node, 10).await);
+        stores.push(etcd.store(node, 10).await);
     }
     let session = Uuid::new_v4();
     let mut epochs = Vec::new();

@@ -5,19 +5,15 @@ mod common;
 use std::time::Duration;
 
 use leasehold::LossReason;
-use leasehold::testing::{EtcdNode, random_namespace, wait_for};
+use leasehold::testing::wait_for;
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn release_three_times_is_ok_and_hands_over_to_a_higher_epoch() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
-    let (a, b) = (
-        common::store(&endpoints, &ns, "a", 10).await,
-        common::store(&endpoints, &ns, "b", 10).await,
-    );
-    let raw = common::raw(etcd.endpoint()).await;
+    let etcd = common::Etcd::start().await;
+    let ns = &etcd.ns;
+    let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
+    let raw = &etcd.raw;
     let session = Uuid::new_v4();
     let lease = a.acquire_lease(session).await.unwrap();
     let lost = lease.lost();
@@ -31,7 +27,7 @@ async fn release_three_times_is_ok_and_hands_over_to_a_higher_epoch() {
     assert!(!lease.is_valid());
     assert!(!view.is_valid(), "the ownership view sees the release");
     assert_eq!(
-        common::create_revision(&raw, &ns.owner_key(session)).await,
+        common::create_revision(raw, &ns.owner_key(session)).await,
         0
     );
 
@@ -42,11 +38,10 @@ async fn release_three_times_is_ok_and_hands_over_to_a_higher_epoch() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_lease_releases_it_in_the_background() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
-    let a = common::store(&endpoints, &ns, "a", 10).await;
-    let raw = common::raw(etcd.endpoint()).await;
+    let etcd = common::Etcd::start().await;
+    let ns = &etcd.ns;
+    let a = etcd.store("a", 10).await;
+    let raw = &etcd.raw;
     let session = Uuid::new_v4();
     let lease = a.acquire_lease(session).await.unwrap();
     let view = lease.ownership();
@@ -56,7 +51,7 @@ async fn dropping_a_lease_releases_it_in_the_background() {
     wait_for(
         "the dropped lease's key to go",
         Duration::from_secs(5),
-        || async { (common::create_revision(&raw, &key).await == 0).then_some(()) },
+        || async { (common::create_revision(raw, &key).await == 0).then_some(()) },
     )
     .await
     .unwrap();

@@ -5,19 +5,13 @@ mod common;
 use std::time::Duration;
 
 use leasehold::AcquireError;
-use leasehold::testing::{EtcdNode, random_namespace};
 use tokio::time::Instant;
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_wakes_on_release_and_acquires() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
-    let (a, b) = (
-        common::store(&endpoints, &ns, "a", 10).await,
-        common::store(&endpoints, &ns, "b", 10).await,
-    );
+    let etcd = common::Etcd::start().await;
+    let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
     let session = Uuid::new_v4();
     let held = a.acquire_lease(session).await.unwrap();
 
@@ -40,13 +34,8 @@ async fn a_standby_wakes_on_release_and_acquires() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_gives_up_cleanly_at_its_deadline() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let endpoints = vec![etcd.endpoint().to_owned()];
-    let ns = random_namespace();
-    let (a, b) = (
-        common::store(&endpoints, &ns, "a", 10).await,
-        common::store(&endpoints, &ns, "b", 10).await,
-    );
+    let etcd = common::Etcd::start().await;
+    let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
     let session = Uuid::new_v4();
     let _held = a.acquire_lease(session).await.unwrap();
 

@@ -74,3 +74,29 @@ pub(crate) async fn revision(client: &etcd_client::Client) -> i64 {
         .expect("header")
         .revision()
 }
+
+/// One etcd member, a fresh namespace on it, and a raw client for looking from outside.
+pub(crate) struct Etcd {
+    pub(crate) ns: Namespace,
+    pub(crate) raw: etcd_client::Client,
+    // Last: the container outlives the clients above.
+    pub(crate) node: leasehold::testing::EtcdNode,
+}
+
+impl Etcd {
+    pub(crate) async fn start() -> Self {
+        let node = leasehold::testing::EtcdNode::start()
+            .await
+            .expect("etcd starts");
+        Self {
+            ns: leasehold::testing::random_namespace(),
+            raw: raw(node.endpoint()).await,
+            node,
+        }
+    }
+
+    /// A store connected directly, in this namespace.
+    pub(crate) async fn store(&self, node: &str, ttl: u64) -> Store {
+        store(&[self.node.endpoint().to_owned()], &self.ns, node, ttl).await
+    }
+}
