@@ -202,7 +202,7 @@ pub(crate) fn estimate_size(
         + gets.into_iter().map(|k| k + GET).sum::<usize>()
 }
 
-/// The append transaction of DESIGN §3.
+/// The append transaction described in the module docs.
 pub(crate) struct AppendTxn {
     pub(crate) txn: Txn,
     pub(crate) size: usize,

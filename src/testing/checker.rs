@@ -73,7 +73,7 @@ pub struct InvariantViolation {
     pub violations: Vec<String>,
 }
 
-/// Replays `session`'s journal and checks DESIGN §6 invariants 1–4 against `history`:
+/// Replays `session`'s journal and checks the journal safety invariants against `history`:
 ///
 /// 1. one chain: sequence numbers gapless from 1 (and unique: one key per number), each fence
 ///    naming the record before it as its previous tip;
