@@ -108,6 +108,20 @@ pub struct MemberStatus {
     pub version: String,
 }
 
+impl MemberStatus {
+    pub(crate) fn from_response(endpoint: String, status: &etcd_client::StatusResponse) -> Self {
+        let header = status.header();
+        Self {
+            endpoint,
+            member_id: header.map_or(0, |h| h.member_id()),
+            leader_id: status.leader(),
+            revision: header.map_or(0, |h| h.revision()).max(0) as u64,
+            raft_term: status.raft_term(),
+            version: status.version().to_owned(),
+        }
+    }
+}
+
 /// What a namespace holds right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamespaceStatus {
@@ -233,15 +247,7 @@ impl Connection {
     pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
         self.read("status", |mut client, endpoint| async move {
             let status = client.status().await?;
-            let header = status.header();
-            Ok(MemberStatus {
-                endpoint,
-                member_id: header.map_or(0, |h| h.member_id()),
-                leader_id: status.leader(),
-                revision: header.map_or(0, |h| h.revision()).max(0) as u64,
-                raft_term: status.raft_term(),
-                version: status.version().to_owned(),
-            })
+            Ok(MemberStatus::from_response(endpoint, &status))
         })
         .await
     }

@@ -246,20 +246,10 @@ impl Rig {
     pub async fn shutdown(self) -> Result<(), RigError> {
         self.journal.close().await;
         self.on_loss.abort();
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.workspace_key.as_str(),
-                CompareOp::Equal,
-                self.workspace_revision,
-            )])
-            .and_then([TxnOp::delete(self.workspace_key.as_str(), None)]);
-        let shared = self.lease.store().clone();
-        let released = shared
-            .connection
-            .write("release workspace root", |mut client, _| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
-            })
+        let released = self
+            .lease
+            .store()
+            .guarded_delete(&self.workspace_key, self.workspace_revision)
             .await;
         if let Err(error) = released {
             // The lease is not released before the workspace: leave both to the background

@@ -8,17 +8,16 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use tokio::sync::mpsc;
 use tokio::time::sleep;
 
-use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::Orphan;
-use crate::lease::{LeaseState, NodeLease};
+use super::{StoreShared, guarded_delete_txn};
+use crate::lease::NodeLease;
 
 pub(crate) enum Cleanup {
-    /// Delete the owner key if it still has the lease's epoch.
-    Release(Arc<LeaseState>),
     /// Delete the owner key if it still holds this store's value with this nonce.
     Orphan(Orphan),
-    /// Delete `key` if it still has this create_revision (a workspace root).
+    /// Delete `key` if it still has this create_revision: a released owner key (at its
+    /// epoch) or a workspace root.
     Guarded {
         key: String,
         create_revision: i64,
@@ -40,16 +39,7 @@ pub(super) async fn run(shared: Arc<StoreShared>, mut jobs: mpsc::UnboundedRecei
 }
 
 async fn retry(shared: Arc<StoreShared>, job: Cleanup) {
-    let (key, compare, node) = match &job {
-        Cleanup::Release(state) => (
-            state.owner_key.clone(),
-            Compare::create_revision(
-                state.owner_key.as_str(),
-                CompareOp::Equal,
-                state.epoch.revision(),
-            ),
-            Some(state.node.clone()),
-        ),
+    let (key, txn, node) = match job {
         Cleanup::Orphan(orphan) => {
             let key = shared.namespace.owner_key(orphan.session);
             let value = OwnerValue {
@@ -58,22 +48,20 @@ async fn retry(shared: Arc<StoreShared>, job: Cleanup) {
                 node: shared.node.clone(),
             }
             .encode();
-            let compare = Compare::value(key.as_str(), CompareOp::Equal, value);
-            (key, compare, None)
+            let txn = Txn::new()
+                .when([Compare::value(key.as_str(), CompareOp::Equal, value)])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            (key, txn, None)
         }
         Cleanup::Guarded {
             key,
             create_revision,
             node,
-        } => (
-            key.clone(),
-            Compare::create_revision(key.as_str(), CompareOp::Equal, *create_revision),
-            Some(node.clone()),
-        ),
+        } => {
+            let txn = guarded_delete_txn(&key, create_revision);
+            (key, txn, Some(node))
+        }
     };
-    let txn = Txn::new()
-        .when([compare])
-        .and_then([TxnOp::delete(key.as_str(), None)]);
     let mut backoff = Duration::from_millis(200);
     loop {
         // A lost node lease takes its keys with it (it is revoked, or it expires).

@@ -516,6 +516,18 @@ impl Drop for Standby<'_> {
     }
 }
 
+/// `if create_revision(key) == create_revision then delete(key)`: removes exactly the key
+/// that was created then, never a successor's.
+pub(crate) fn guarded_delete_txn(key: &str, create_revision: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(
+            key,
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then([TxnOp::delete(key, None)])
+}
+
 /// How many times an acquisition with an unknown outcome is re-sent.
 const RESENDS: u32 = 2;
 
@@ -737,17 +749,16 @@ impl StoreShared {
         }
     }
 
-    /// Deletes the owner key if it still has this epoch.
-    async fn guarded_delete(&self, key: &str, epoch: Epoch) -> Result<bool, EtcdError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key,
-                CompareOp::Equal,
-                epoch.revision(),
-            )])
-            .and_then([TxnOp::delete(key, None)]);
+    /// Deletes `key` if it still has `create_revision` (an owner key at its epoch, a workspace
+    /// root); true if it did.
+    pub(crate) async fn guarded_delete(
+        &self,
+        key: &str,
+        create_revision: i64,
+    ) -> Result<bool, EtcdError> {
+        let txn = guarded_delete_txn(key, create_revision);
         self.connection
-            .write("release", |mut client, _| {
+            .write("guarded delete", |mut client, _| {
                 let txn = txn.clone();
                 async move { client.txn(txn).await.map(|r| r.succeeded()) }
             })
@@ -757,11 +768,14 @@ impl StoreShared {
     /// Releases a lease whose state is already marked released.
     pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
         self.registry().forget(state);
-        match self.guarded_delete(&state.owner_key, state.epoch).await {
+        match self
+            .guarded_delete(&state.owner_key, state.epoch.revision())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(error) => {
                 tracing::warn!(session = %state.session, %error, "release deferred to the background");
-                let _ = self.cleanup.send(Cleanup::Release(state.clone()));
+                self.release_in_background(state);
                 Err(ReleaseError::Deferred(error))
             }
         }
@@ -770,7 +784,11 @@ impl StoreShared {
     /// Releases a dropped lease from the cleanup task.
     pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>) {
         self.registry().forget(state);
-        let _ = self.cleanup.send(Cleanup::Release(state.clone()));
+        self.delete_guarded_in_background(
+            state.owner_key.clone(),
+            state.epoch.revision(),
+            state.node.clone(),
+        );
     }
 
     /// Deletes `key` in the background if it still has `create_revision`; retried until

@@ -301,14 +301,10 @@ async fn member_status(endpoint: &str) -> Result<crate::MemberStatus, etcd_clien
     )
     .await?;
     let status = client.status().await?;
-    Ok(crate::MemberStatus {
-        endpoint: endpoint.to_owned(),
-        member_id: status.header().map_or(0, |h| h.member_id()),
-        leader_id: status.leader(),
-        revision: status.header().map_or(0, |h| h.revision()).max(0) as u64,
-        raft_term: status.raft_term(),
-        version: status.version().to_owned(),
-    })
+    Ok(crate::MemberStatus::from_response(
+        endpoint.to_owned(),
+        &status,
+    ))
 }
 
 async fn connect_peer(
