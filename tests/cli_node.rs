@@ -43,33 +43,18 @@ fn spawn_node(endpoint: &str, namespace: &Namespace, name: &str) -> Child {
 /// Whether every owned session's journal is open under its current owner: its tip was written
 /// at the owner's epoch (the fence, or a heartbeat after it).
 async fn journals_open(raw: &etcd_client::Client, namespace: &Namespace) -> bool {
-    let response = raw
-        .clone()
-        .get(
-            namespace.owners_prefix(),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    for kv in response.kvs() {
-        let session: Uuid = std::str::from_utf8(kv.key())
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+    for (session, _, epoch) in owner_keys(raw, namespace).await {
         let tip = raw
             .clone()
             .get(namespace.tip_key(session), None)
             .await
             .unwrap();
         // tip = version:u8 seq:u64 epoch:u64 nonce:[u8;16]
-        let epoch = tip
+        let tip_epoch = tip
             .kvs()
             .first()
             .map(|t| u64::from_be_bytes(t.value()[9..17].try_into().unwrap()));
-        if epoch != Some(kv.create_revision() as u64) {
+        if tip_epoch != Some(epoch as u64) {
             return false;
         }
     }
@@ -86,8 +71,8 @@ async fn journals_open_within(raw: &etcd_client::Client, namespace: &Namespace) 
     .unwrap();
 }
 
-/// session → owning node, read from the owner keys themselves.
-async fn owners(raw: &etcd_client::Client, namespace: &Namespace) -> HashMap<Uuid, String> {
+/// (session, owning node, epoch) of every owner key.
+async fn owner_keys(raw: &etcd_client::Client, namespace: &Namespace) -> Vec<(Uuid, String, i64)> {
     let response = raw
         .clone()
         .get(
@@ -105,8 +90,17 @@ async fn owners(raw: &etcd_client::Client, namespace: &Namespace) -> HashMap<Uui
             // leasehold-owner/1 {store} {nonce} {node}
             let value = std::str::from_utf8(kv.value()).unwrap();
             let node = value.splitn(4, ' ').nth(3).unwrap().to_owned();
-            (session, node)
+            (session, node, kv.create_revision())
         })
+        .collect()
+}
+
+/// session → owning node, read from the owner keys themselves.
+async fn owners(raw: &etcd_client::Client, namespace: &Namespace) -> HashMap<Uuid, String> {
+    owner_keys(raw, namespace)
+        .await
+        .into_iter()
+        .map(|(session, node, _)| (session, node))
         .collect()
 }
 
