@@ -324,6 +324,31 @@ impl Connection {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
     }
 
+    /// One attempt on the preferred endpoint, bounded by `timeout` (which then counts as an
+    /// unknown outcome). The endpoint becomes preferred when it answers; the caller decides
+    /// what a failure means and whether to [`rotate`](Self::rotate).
+    pub(crate) async fn attempt<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let index = self.preferred.load(Ordering::Relaxed) % self.members.len();
+        let member = &self.members[index];
+        match tokio::time::timeout(timeout, f(member.client.clone())).await {
+            Ok(Ok(value)) => {
+                self.preferred.store(index, Ordering::Relaxed);
+                Ok(value)
+            }
+            Ok(Err(source)) => Err(EtcdError::new(operation, &member.endpoint, source)),
+            Err(_) => Err(EtcdError::timed_out(operation, &member.endpoint, timeout)),
+        }
+    }
+
     /// Runs an idempotent request, failing over between endpoints (see [`Connection`]).
     pub(crate) async fn read<T, F, Fut>(
         &self,

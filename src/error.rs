@@ -85,6 +85,18 @@ impl EtcdError {
         }
     }
 
+    /// An attempt that got no answer within `after`: it may still be applied.
+    pub(crate) fn timed_out(operation: &'static str, endpoint: &str, after: Duration) -> Self {
+        let status = tonic::Status::deadline_exceeded(format!("no answer within {after:?}"));
+        Self::new(operation, endpoint, etcd_client::Error::GRpcStatus(status))
+    }
+
+    /// An attempt abandoned because the store shut down: it may still be applied.
+    pub(crate) fn stopped(operation: &'static str) -> Self {
+        let status = tonic::Status::cancelled("the store is shutting down");
+        Self::new(operation, "(none)", etcd_client::Error::GRpcStatus(status))
+    }
+
     /// What the failure means for the request; see [`FailureClass`].
     pub fn class(&self) -> FailureClass {
         self.class
@@ -155,8 +167,10 @@ pub enum AcquireError {
     /// etcd failed the request; see the error's [`FailureClass`]. Transient or permanent.
     #[error("acquire failed")]
     Etcd(#[source] EtcdError),
-    /// The acquisition's outcome stayed unknown after re-sending it. If it committed, the key
-    /// is deleted in the background. Outcome unknown: retrying is safe.
+    /// The acquisition's outcome stayed unknown until the node lease stopped being valid, and
+    /// reading the owner key could not settle it. The error is the first failure that may have
+    /// applied. If it committed, the key is deleted in the background. Outcome unknown:
+    /// retrying is safe.
     #[error("the acquisition's outcome is unknown")]
     OutcomeUnknown(#[source] EtcdError),
     /// The session stayed held until the deadline. Transient.
@@ -170,6 +184,26 @@ pub enum AcquireError {
     /// The store was closed. Permanent.
     #[error("the store is closed")]
     StoreClosed,
+    /// The acquisition committed, but the lease was lost before it could be handed over (the
+    /// owner key was deleted or overtaken meanwhile). Transient: stand by and try again.
+    #[error("the session was lost while it was being acquired ({0})")]
+    Lost(LossReason),
+}
+
+impl AcquireError {
+    /// Whether standing by and trying again can succeed: everything but a closed store and a
+    /// permanent etcd failure.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            AcquireError::Held(_)
+            | AcquireError::NodeLeaseInvalid
+            | AcquireError::OutcomeUnknown(_)
+            | AcquireError::TimedOut { .. }
+            | AcquireError::Lost(_) => true,
+            AcquireError::Etcd(error) => error.class() != FailureClass::Permanent,
+            AcquireError::StoreClosed => false,
+        }
+    }
 }
 
 /// [`Lease::release`](crate::Lease::release) could not confirm the delete of the owner key.
@@ -190,8 +224,11 @@ pub enum StoreError {
     /// The namespace is not valid. Permanent.
     #[error(transparent)]
     Namespace(#[from] InvalidNamespaceError),
-    /// The TTL is below etcd's minimum of 2 s, or not a whole number of seconds. Permanent.
-    #[error("node lease TTL {ttl:?} is invalid: etcd takes whole seconds, at least 2")]
+    /// The TTL is below etcd's minimum of 2 s, above its maximum of 9,000,000,000 s, or not
+    /// a whole number of seconds. Permanent.
+    #[error(
+        "node lease TTL {ttl:?} is invalid: etcd takes whole seconds, from 2 to 9000000000"
+    )]
     InvalidTtl {
         /// The TTL asked for.
         ttl: Duration,
@@ -278,8 +315,14 @@ pub enum OpenJournalError {
     /// The stored tip is corrupt. Permanent.
     #[error("cannot open the journal")]
     Decode(#[source] DecodeError),
-    /// The fence's outcome stayed unknown after re-sending it. Outcome unknown: open again
-    /// with a fresh lease.
+    /// The journal's last sequence number leaves no room for a fence and a record. Permanent.
+    #[error("the journal's tip is at sequence number {seq}: no room for more records")]
+    SequenceExhausted {
+        /// The tip's sequence number.
+        seq: u64,
+    },
+    /// The fence's outcome stayed unknown until the lease stopped being valid. Outcome
+    /// unknown: open again with a fresh lease.
     #[error("the fence's outcome is unknown")]
     OutcomeUnknown(#[source] EtcdError),
     /// etcd failed the request. Transient or permanent as its class says.
@@ -319,9 +362,16 @@ pub enum JournalWriteError {
         /// The most one append takes.
         max: usize,
     },
-    /// The append's outcome stayed unknown after re-sending it: it committed at most once, or
-    /// not at all. The journal is unusable (its tip is unknown); reopen it under a lease to
-    /// continue. Outcome unknown.
+    /// The sequence numbers would pass `u64::MAX`. Nothing was sent. Permanent.
+    #[error("the journal has no sequence numbers left after {seq}")]
+    SequenceExhausted {
+        /// The first sequence number the append would have taken.
+        seq: u64,
+    },
+    /// The append's outcome stayed unknown while it was re-sent for as long as the lease was
+    /// valid, and a last read could not settle it: it committed at most once, or not at all.
+    /// The journal is unusable (its tip is unknown); reopen it under a new lease to continue.
+    /// Outcome unknown.
     #[error("the append's outcome is unknown")]
     OutcomeUnknown(#[source] EtcdError),
     /// An earlier append's outcome stayed unknown: the journal no longer knows its tip.

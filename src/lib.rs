@@ -61,6 +61,7 @@ pub mod keys;
 pub mod lease;
 pub mod rig;
 pub mod store;
+mod write;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -79,4 +80,5 @@ pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
 pub use rig::{GcView, Rig};
 pub use store::{Store, StoreOptions};
+pub use write::WritePolicy;
 pub use uuid::Uuid;

@@ -14,31 +14,35 @@
 //!
 //! # Appending: one transaction per call
 //!
-//! ```text
-//! if   mod_revision(tip)             == the tip's mod_revision this writer last saw (0: none)
-//! and  create_revision(owner key)    == epoch
-//! and  create_revision(r/{first})    == 0
-//! then put(r/{first}) … put(r/{last}), put(tip)
-//! else get(r/{first})
-//! ```
-//!
-//! Each transaction carries a fresh nonce, written into its records and the tip. A failed
-//! compare is the hard fence ([`AppendError`]): the journal does not re-read the tip or recover
-//! in place; it stays fenced. A journal whose lease is lost or past its deadline refuses to
-//! append locally ([`JournalLeaseLostError`]), without sending anything.
+//! Every append (and the fence) is one transaction: compare the tip, the owner key's epoch and
+//! the absence of the first new record; put the records and the new tip (see `cas` for the
+//! exact transaction). Each transaction carries a fresh nonce, written into its records and
+//! the tip. A failed compare is the hard fence ([`AppendError`]): the journal does not re-read
+//! the tip or recover in place; it stays fenced. A journal whose lease is lost or past its
+//! deadline refuses to append locally ([`JournalLeaseLostError`]), without sending anything.
 //!
 //! # Outcome unknown
 //!
 //! A write that fails with a timeout, a lost connection, "request timed out" or "leader
-//! changed" may still commit. The journal resolves it by re-sending the byte-identical
-//! transaction (same nonce, same compares): at most one of the two can ever commit. If the
-//! re-send's compare fails, its `else` branch has read `r/{first}` in the same linearizable
-//! transaction: our nonce means the earlier send committed; anything else means fenced. Reading
-//! the old tip would prove nothing (the first send may still be in the raft log). Only when the
-//! re-sends stay unknown too does the append return
-//! [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown); the journal is then unusable, since it
-//! no longer knows its tip. A committed append is never reported as failed, and never applied
-//! twice.
+//! changed" may still commit. The journal re-sends the byte-identical transaction (same nonce,
+//! same compares; at most one send can ever commit), with backoff and on the next endpoint,
+//! for as long as its lease is valid: a blip or an etcd leader election delays an append, it
+//! does not break the journal. If a re-send's compare fails, its `else` branch has read
+//! `r/{first}` in the same linearizable transaction: our nonce means an earlier send
+//! committed; anything else means fenced. Reading the old tip would prove nothing (the first
+//! send may still be in the raft log). Only when the lease stops being valid with the outcome
+//! still unknown, and a last read cannot settle it, does the append return
+//! [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown); the journal is then unusable
+//! ([`Indeterminate`](JournalWriteError::Indeterminate)), since it no longer knows its tip. A
+//! committed append is never reported as failed, and never applied twice.
+//!
+//! # Cancel safety
+//!
+//! Dropping an append's future while it is in flight leaves the journal indeterminate: the
+//! transaction may still commit, and the journal no longer knows its tip. Every later append
+//! fails with [`Indeterminate`](JournalWriteError::Indeterminate) and
+//! [`Journal::broken`] resolves; give the session up and open it again under a new lease
+//! (a [`SessionHost`](crate::SessionHost) does this by itself).
 //!
 //! # Limits
 //!
@@ -62,22 +66,26 @@
 //! See the `record` module: a versioned binary envelope; decoding garbage yields a
 //! [`DecodeError`] naming the key, never a panic.
 
+mod cas;
+mod fence;
 mod record;
 mod replay;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::connection::Connection;
-use crate::error::{
-    AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,
-};
+use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
+use crate::write::WritePolicy;
+use cas::{AppendTxn, Sent, estimate_size};
+pub(crate) use cas::gets;
 
+pub(crate) use fence::open;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
-pub(crate) use record::{decode_record, decode_tip, encode_fence, encode_tip};
+pub(crate) use record::encode_tip;
 pub use replay::Replay;
 
 /// etcd's limits, as the journal checks them before sending.
@@ -157,13 +165,24 @@ struct Writer {
     condition: Condition,
 }
 
+/// What a journal needs of its store: where to write, under which names, within which limits,
+/// and the store's shutdown.
+#[derive(Clone)]
+pub(crate) struct JournalContext {
+    pub(crate) connection: Connection,
+    pub(crate) namespace: Namespace,
+    pub(crate) limits: JournalLimits,
+    pub(crate) policy: WritePolicy,
+    pub(crate) stop: CancellationToken,
+}
+
 /// A session's journal, open for appending under one lease. Appends are serialized.
 pub struct Journal {
+    context: JournalContext,
     ownership: Ownership,
-    connection: Connection,
-    namespace: Namespace,
-    limits: JournalLimits,
     writer: Mutex<Writer>,
+    /// Cancelled once the journal can no longer append (fenced or indeterminate).
+    broken: CancellationToken,
 }
 
 impl std::fmt::Debug for Journal {
@@ -175,170 +194,36 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-/// What a sent transaction came to.
-pub(crate) enum Sent {
-    Committed { revision: i64 },
-    Fenced,
-    Unknown(EtcdError),
-    Failed(EtcdError),
+/// Marks the journal broken if an append is dropped while its transaction is in flight.
+struct InFlight<'a> {
+    broken: &'a CancellationToken,
+    settled: bool,
 }
 
-/// How many times a transaction with an unknown outcome is re-sent.
-const RESENDS: u32 = 3;
-
-/// A conservative estimate of the size etcd sees for a transaction: the protobuf encoding of
-/// every compare and operation with generous per-field overhead, plus etcd's own wrapping.
-pub(crate) fn estimate_size(
-    compare_keys: impl IntoIterator<Item = usize>,
-    puts: impl IntoIterator<Item = (usize, usize)>,
-    gets: impl IntoIterator<Item = usize>,
-) -> usize {
-    const TXN: usize = 64;
-    const COMPARE: usize = 24;
-    const PUT: usize = 32;
-    const GET: usize = 24;
-    TXN + compare_keys.into_iter().map(|k| k + COMPARE).sum::<usize>()
-        + puts.into_iter().map(|(k, v)| k + v + PUT).sum::<usize>()
-        + gets.into_iter().map(|k| k + GET).sum::<usize>()
-}
-
-/// The append transaction described in the module docs.
-pub(crate) struct AppendTxn {
-    pub(crate) txn: Txn,
-    pub(crate) size: usize,
-}
-
-impl AppendTxn {
-    pub(crate) fn build(
-        namespace: &Namespace,
-        ownership: &Ownership,
-        first_seq: u64,
-        values: Vec<Vec<u8>>,
-        tip_value: Vec<u8>,
-        expected_tip_mod_revision: i64,
-    ) -> Self {
-        let session = ownership.session_id();
-        let tip_key = namespace.tip_key(session);
-        let first_key = namespace.record_key(session, first_seq);
-        let size = estimate_size(
-            [tip_key.len(), ownership.owner_key().len(), first_key.len()],
-            values
-                .iter()
-                .map(|v| (first_key.len(), v.len()))
-                .chain([(tip_key.len(), tip_value.len())]),
-            [first_key.len()],
-        );
-        let mut puts: Vec<TxnOp> = values
-            .into_iter()
-            .enumerate()
-            .map(|(i, value)| {
-                TxnOp::put(
-                    namespace.record_key(session, first_seq + i as u64),
-                    value,
-                    None,
-                )
-            })
-            .collect();
-        puts.push(TxnOp::put(tip_key.as_str(), tip_value, None));
-        let txn = Txn::new()
-            .when([
-                Compare::mod_revision(
-                    tip_key.as_str(),
-                    CompareOp::Equal,
-                    expected_tip_mod_revision,
-                ),
-                ownership.guard(),
-                Compare::create_revision(first_key.as_str(), CompareOp::Equal, 0),
-            ])
-            .and_then(puts)
-            .or_else([TxnOp::get(first_key.as_str(), None)]);
-        Self { txn, size }
-    }
-}
-
-/// Sends `txn`, re-sending it byte-identical while its outcome is unknown; a failed compare is
-/// resolved by the `else` read of the first record: our nonce means committed.
-pub(crate) async fn send_resolving(
-    connection: &Connection,
-    txn: &Txn,
-    first_key: &str,
-    nonce: Uuid,
-) -> Sent {
-    let mut unknown: Option<EtcdError> = None;
-    let mut attempt = 0;
-    loop {
-        let sent = connection
-            .write("append", |mut client, _| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
-            })
-            .await;
-        match sent {
-            Ok(response) if response.succeeded() => {
-                return Sent::Committed {
-                    revision: response.header().map_or(0, |h| h.revision()),
-                };
-            }
-            Ok(response) => {
-                let first = response.op_responses().into_iter().find_map(|op| match op {
-                    TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                    _ => None,
-                });
-                return match first {
-                    Some(kv)
-                        if decode_record(kv.key(), None, kv.value())
-                            .is_ok_and(|record| record.nonce() == nonce) =>
-                    {
-                        tracing::debug!(key = first_key, "an earlier send committed");
-                        Sent::Committed {
-                            revision: kv.mod_revision(),
-                        }
-                    }
-                    _ => Sent::Fenced,
-                };
-            }
-            Err(error) if error.class() == FailureClass::OutcomeUnknown => {
-                attempt += 1;
-                if attempt > RESENDS {
-                    return Sent::Unknown(unknown.unwrap_or(error));
-                }
-                tracing::debug!(key = first_key, %error, attempt, "outcome unknown; re-sending the same transaction");
-                // Keep the first unknown failure: it is the one that may have committed.
-                unknown.get_or_insert(error);
-                connection.rotate();
-                tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)))
-                    .await;
-            }
-            // This send was not applied; but an earlier one with an unknown outcome may have been.
-            Err(error) => {
-                return match unknown {
-                    Some(first) => Sent::Unknown(first),
-                    None => Sent::Failed(error),
-                };
-            }
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.broken.cancel();
         }
     }
 }
 
 impl Journal {
     pub(crate) fn new(
+        context: JournalContext,
         ownership: Ownership,
-        connection: Connection,
-        namespace: Namespace,
-        limits: JournalLimits,
         next_seq: u64,
         tip_mod_revision: i64,
     ) -> Self {
         Self {
+            context,
             ownership,
-            connection,
-            namespace,
-            limits,
             writer: Mutex::new(Writer {
                 next_seq,
                 tip_mod_revision,
                 condition: Condition::Open,
             }),
+            broken: CancellationToken::new(),
         }
     }
 
@@ -359,14 +244,28 @@ impl Journal {
 
     /// The limits checked before sending.
     pub fn limits(&self) -> &JournalLimits {
-        &self.limits
+        &self.context.limits
+    }
+
+    /// Whether the journal can no longer append: it was fenced, or an append's outcome stayed
+    /// unknown (or was dropped in flight). No lock, no I/O.
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_cancelled()
+    }
+
+    /// Resolves once the journal can no longer append (see [`is_broken`](Self::is_broken)):
+    /// the session must be given up and opened again under a new lease to go on. Like
+    /// [`Lost`](crate::Lost), awaiting it after the fact resolves at once.
+    pub async fn broken(&self) {
+        self.broken.cancelled().await;
     }
 
     /// The encoded size the limits are checked against, for a batch of these payloads.
     pub fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
         let session = self.session_id();
-        let key = self.namespace.record_key(session, 0).len();
-        let tip = self.namespace.tip_key(session).len();
+        let namespace = &self.context.namespace;
+        let key = namespace.record_key(session, 0).len();
+        let tip = namespace.tip_key(session).len();
         estimate_size(
             [tip, self.ownership.owner_key().len(), key],
             payloads
@@ -377,12 +276,17 @@ impl Journal {
         )
     }
 
-    /// Appends one event.
+    /// Appends one event. See [`append_batch`](Self::append_batch).
     pub async fn append(&self, payload: impl AsRef<[u8]>) -> Result<Appended, JournalWriteError> {
         self.append_batch(&[payload.as_ref()]).await
     }
 
     /// Appends events in one transaction: all of them or none.
+    ///
+    /// An append whose outcome is unknown is re-sent while the lease is valid, so it may take
+    /// as long as the lease stays valid (bounded by the node lease's TTL) during an outage.
+    /// **Cancel safety:** dropping the future while the transaction is in flight leaves the
+    /// journal indeterminate (see the [module docs](self#cancel-safety)).
     pub async fn append_batch<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
@@ -400,26 +304,34 @@ impl Journal {
         if payloads.is_empty() {
             return Err(JournalWriteError::Empty);
         }
-        if payloads.len() > self.limits.max_records() {
+        let limits = &self.context.limits;
+        if payloads.len() > limits.max_records() {
             return Err(JournalWriteError::TooManyRecords {
                 count: payloads.len(),
-                max: self.limits.max_records(),
+                max: limits.max_records(),
             });
         }
         let size = self.encoded_size(payloads);
-        if size > self.limits.max_bytes() {
+        if size > limits.max_bytes() {
             return Err(JournalWriteError::TooLarge {
                 bytes: size,
-                max: self.limits.max_bytes(),
+                max: limits.max_bytes(),
             });
         }
+        let first_seq = writer.next_seq;
+        // The last record and the next append's first must fit below u64::MAX.
+        let Some(last_seq) = first_seq
+            .checked_add(payloads.len() as u64 - 1)
+            .filter(|last| last.checked_add(1).is_some())
+        else {
+            return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
+        };
 
-        let (epoch, nonce, first_seq) = (self.epoch(), Uuid::new_v4(), writer.next_seq);
-        let last_seq = first_seq + payloads.len() as u64 - 1;
+        let (epoch, nonce) = (self.epoch(), Uuid::new_v4());
         let values = payloads
             .iter()
-            .enumerate()
-            .map(|(i, p)| record::encode_event(first_seq + i as u64, epoch, nonce, p.as_ref()))
+            .zip(first_seq..)
+            .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p.as_ref()))
             .collect();
         let tip = encode_tip(&Tip {
             seq: last_seq,
@@ -427,19 +339,27 @@ impl Journal {
             nonce,
         });
         let append = AppendTxn::build(
-            &self.namespace,
+            &self.context.namespace,
             &self.ownership,
             first_seq,
+            nonce,
             values,
             tip,
             writer.tip_mod_revision,
         );
         debug_assert_eq!(append.size, size);
-        let first_key = self.namespace.record_key(self.session_id(), first_seq);
         // Until the send resolves, the tip is unknown: if this future is dropped mid-send, the
         // journal must not go on as if nothing had been sent.
         writer.condition = Condition::Indeterminate;
-        let sent = send_resolving(&self.connection, &append.txn, &first_key, nonce).await;
+        let mut in_flight = InFlight {
+            broken: &self.broken,
+            settled: false,
+        };
+        let context = &self.context;
+        let sent = append
+            .send(&context.connection, &context.policy, &self.ownership, &context.stop)
+            .await;
+        in_flight.settled = true;
         writer.condition = Condition::Open;
         match sent {
             Sent::Committed { revision } => {
@@ -453,11 +373,14 @@ impl Journal {
             }
             Sent::Fenced => {
                 writer.condition = Condition::Fenced;
+                self.broken.cancel();
                 tracing::warn!(session = %self.session_id(), %epoch, "journal fenced");
                 Err(JournalWriteError::Fenced(self.fenced()))
             }
             Sent::Unknown(error) => {
                 writer.condition = Condition::Indeterminate;
+                self.broken.cancel();
+                tracing::warn!(session = %self.session_id(), %epoch, %error, "append outcome unknown; the journal is indeterminate");
                 Err(JournalWriteError::OutcomeUnknown(error))
             }
             Sent::Failed(error) => Err(JournalWriteError::Etcd(error)),
@@ -467,7 +390,10 @@ impl Journal {
     /// Waits for the append in flight, if any, and refuses every later one
     /// ([`JournalWriteError::Closed`]): after this, the last durable append is behind us.
     pub async fn close(&self) {
-        self.writer.lock().await.condition = Condition::Closed;
+        let mut writer = self.writer.lock().await;
+        if writer.condition == Condition::Open {
+            writer.condition = Condition::Closed;
+        }
     }
 
     fn fenced(&self) -> AppendError {

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{Epoch, LeaseState, LossReason, Lost, Ownership};
 use crate::error::ReleaseError;
-use crate::store::StoreShared;
+use crate::store::{Delete, StoreShared};
 
 /// Ownership of one session, held by the node that acquired it.
 ///
@@ -99,10 +99,21 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// Releases the lease in the background, after the guarded deletes of `before` (each
+    /// confirmed before the next is sent, the owner key last). False if
+    /// it was released already.
+    pub(crate) fn release_after(&self, before: Vec<Delete>) -> bool {
+        if !self.state.release() {
+            return false;
+        }
+        self.store.release_in_background(&self.state, before);
+        true
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.state.release() {
-            self.store.release_in_background(&self.state);
-        }
+        self.release_after(Vec::new());
     }
 }

@@ -11,7 +11,10 @@
 //! Anchoring at the send instant, not at receipt (as etcd's Go client does), keeps the local
 //! view inside the server's: the server renewed the lease no earlier than it received the
 //! request, which is no earlier than it was sent. The deadline never moves backwards. A reply
-//! with TTL ≤ 0 says the server no longer has the lease. When the stream is re-opened the FIFO
+//! with TTL ≤ 0 says the server no longer has the lease. A reply with a TTL below the granted
+//! one means the server's expiry is nearer than this view assumed (etcd sets it to renewal
+//! time + that TTL), so the lease is treated as lost rather than kept on a deadline the server
+//! does not share; a TTL above the granted one is capped at it. When the stream is re-opened the FIFO
 //! is cleared: replies on the new stream answer only requests sent on it.
 //!
 //! The margin must leave room for renewal: with renewals every TTL/3, the reply to the next
@@ -28,7 +31,8 @@ use tokio::time::Instant;
 pub(crate) enum Renewal {
     /// The deadline moved (or stayed, if the answered request was older than the last one).
     Renewed { valid_until: Instant },
-    /// The server says the lease is gone (TTL ≤ 0).
+    /// The server says the lease is gone (TTL ≤ 0), or renewed it for less than the granted
+    /// TTL: either way this view of its validity no longer holds.
     Gone,
     /// A reply that answers no request we know of (none outstanding): ignored.
     Unexpected,
@@ -54,7 +58,7 @@ pub(crate) fn check_margin(
     margin: Duration,
     round_trip: Duration,
 ) -> Result<(), MarginError> {
-    let limit = (ttl * 2 / 3).saturating_sub(round_trip);
+    let limit = (ttl.saturating_mul(2) / 3).saturating_sub(round_trip);
     if margin < limit {
         Ok(())
     } else {
@@ -78,7 +82,10 @@ impl Validity {
             ttl,
             margin,
             outstanding: VecDeque::new(),
-            valid_until: (sent + ttl).checked_sub(margin).unwrap_or(sent),
+            valid_until: sent
+                .checked_add(ttl)
+                .and_then(|until| until.checked_sub(margin))
+                .unwrap_or(sent),
         }
     }
 
@@ -120,8 +127,14 @@ impl Validity {
         if ttl_seconds <= 0 {
             return Renewal::Gone;
         }
-        let ttl = Duration::from_secs(ttl_seconds as u64);
-        if let Some(until) = (sent + ttl).checked_sub(self.margin) {
+        let ttl = Duration::from_secs(ttl_seconds.unsigned_abs());
+        if ttl < self.ttl {
+            return Renewal::Gone;
+        }
+        if let Some(until) = sent
+            .checked_add(ttl.min(self.ttl))
+            .and_then(|until| until.checked_sub(self.margin))
+        {
             self.valid_until = self.valid_until.max(until);
         }
         Renewal::Renewed {
@@ -192,10 +205,37 @@ mod tests {
     async fn the_deadline_never_moves_backwards() {
         let start = Instant::now();
         let mut validity = Validity::granted(start, TTL, MARGIN);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        validity.sent(Instant::now());
+        validity.sent(start); // answered second: an older anchor moves nothing
+        validity.replied(9);
+        assert_eq!(validity.valid_until(), start + Duration::from_secs(11));
+        validity.replied(9);
+        assert_eq!(validity.valid_until(), start + Duration::from_secs(11));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_ttl_below_the_grant_loses_the_lease() {
+        let start = Instant::now();
+        let mut validity = Validity::granted(start, TTL, MARGIN);
         validity.sent(start);
-        // etcd granted a shorter TTL on this renewal (e.g. a request raced a revoke-and-regrant).
-        validity.replied(2);
-        assert_eq!(validity.valid_until(), start + Duration::from_secs(8));
+        // etcd renewed for less than it granted: its expiry is nearer than our deadline.
+        assert_eq!(validity.replied(2), Renewal::Gone);
+        validity.sent(start);
+        assert_eq!(validity.replied(8), Renewal::Gone);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_ttl_above_the_grant_is_capped_at_it() {
+        let start = Instant::now();
+        let mut validity = Validity::granted(start, TTL, MARGIN);
+        validity.sent(start);
+        assert_eq!(
+            validity.replied(i64::MAX),
+            Renewal::Renewed {
+                valid_until: start + Duration::from_secs(8)
+            }
+        );
     }
 
     #[tokio::test(start_paused = true)]

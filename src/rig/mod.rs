@@ -6,24 +6,35 @@
 //! (which appends the fence). The rig holds the lease: it is released when the rig shuts down
 //! or is dropped, and the workspace root is released too when the session is lost.
 //!
+//! Taking the workspace root is one transaction through the crate's one write path:
+//! `if create_revision(root) == 0 and create_revision(owner key) == epoch then put(root,
+//! "{session} {epoch}", lease = node lease) else get(root)`, re-sent while the lease is valid.
+//! A failed compare whose `else` read shows our session and epoch means an earlier send
+//! committed. If the outcome stays unknown, the root is deleted in the background, guarded by
+//! that value, before the lease is released: a root that committed unseen never blocks the
+//! session's next owner.
+//!
 //! [`Rig::shutdown`] keeps the order that makes a handover clean: the last durable append
 //! completes (the journal is closed, waiting for an append in flight), then the workspace root
 //! is released, then the session lease. A successor that sees the owner key go therefore finds
-//! the workspace free and the journal's tip final.
+//! the workspace free and the journal's tip final. When a step cannot be confirmed, and when a
+//! rig is dropped, the rest happens in the background in the same order (each delete confirmed
+//! before the next is sent).
 //!
 //! Object GC gets only a [`GcView`]: session, epoch, validity, and deletes guarded by the
 //! owner compare.
 
 mod gc;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::error::{AcquireError, EtcdError, FailureClass, OpenJournalError, ReleaseError};
-use crate::journal::Journal;
+use crate::error::{AcquireError, EtcdError, OpenJournalError, ReleaseError};
+use crate::journal::{Journal, gets};
 use crate::lease::{Epoch, Lease, Lost, Ownership};
-use crate::store::Store;
+use crate::store::{Delete, Store};
+use crate::write::{self, Written};
 
 pub use gc::{GcError, GcView};
 
@@ -54,7 +65,8 @@ pub enum RigError {
     /// The session was lost before the workspace root was taken. Permanent for this lease.
     #[error("the session was lost while opening")]
     Lost,
-    /// Taking or releasing the workspace root failed at etcd; see its class.
+    /// Taking or releasing the workspace root failed at etcd; see its class. Whatever may
+    /// have been written is deleted in the background, before the lease is released.
     #[error("workspace root request failed")]
     Workspace(#[source] EtcdError),
     /// The journal could not be opened.
@@ -108,7 +120,8 @@ impl Rig {
     }
 
     /// Like [`open`](Self::open), with a lease already held (e.g. from a standby
-    /// acquisition).
+    /// acquisition). On failure the lease is released (after whatever workspace root may have
+    /// been taken).
     pub async fn with_lease(
         store: &Store,
         lease: Lease,
@@ -118,74 +131,31 @@ impl Rig {
             return Err(RigError::InvalidWorkspace(workspace.to_owned()));
         }
         let session = lease.session_id();
-        let shared = lease.store().clone();
         let key = store.namespace().workspace_key(workspace);
         let value = format!("{session} {}", lease.epoch());
-        let node = lease.state().node.clone();
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
-                lease.ownership().guard(),
-            ])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                value.as_str(),
-                Some(PutOptions::new().with_lease(node.id)),
-            )])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        // An unknown outcome is resolved by reading the key: our session and epoch mean ours.
-        let mut attempts = 0;
-        let response = loop {
-            match store
-                .connection()
-                .write("workspace root", |mut client, _| {
-                    let txn = txn.clone();
-                    async move { client.txn(txn).await }
-                })
-                .await
-            {
-                Ok(response) => break response,
-                Err(error) if error.class() == FailureClass::OutcomeUnknown && attempts < 3 => {
-                    attempts += 1;
+        let revision = match take_workspace(store, &lease, &key, &value).await {
+            Ok(revision) => revision,
+            Err(error) => {
+                if matches!(error, RigError::Workspace(_)) {
+                    // It may have committed unseen: delete it (guarded by our value) first.
+                    lease.release_after(vec![Delete::holding(key.as_str(), value)]);
                 }
-                Err(error) => return Err(RigError::Workspace(error)),
+                return Err(error);
             }
         };
-        let revision = if response.succeeded() {
-            response.header().map_or(0, |h| h.revision())
-        } else {
-            let holder = response.op_responses().into_iter().find_map(|op| match op {
-                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            });
-            match holder {
-                Some(kv) if kv.value() == value.as_bytes() => kv.create_revision(),
-                Some(kv) => {
-                    return Err(RigError::WorkspaceHeld(WorkspaceHeldError {
-                        workspace: workspace.to_owned(),
-                        holder: String::from_utf8_lossy(kv.value()).into_owned(),
-                    }));
-                }
-                // The workspace is free: the owner compare failed.
-                None => return Err(RigError::Lost),
-            }
-        };
-        let release_workspace = {
-            let (shared, key, node) = (shared.clone(), key.clone(), node.clone());
-            move || shared.delete_guarded_in_background(key, revision, node)
-        };
+        let root = Delete::created_at(key.as_str(), revision);
         let journal = match store.open_journal(session, Some(&lease)).await {
             Ok(journal) => journal,
             Err(error) => {
-                release_workspace();
+                lease.release_after(vec![root]);
                 return Err(RigError::Journal(error));
             }
         };
         let on_loss = {
-            let lost = lease.lost();
+            let (lost, shared, node) = (lease.lost(), lease.store().clone(), lease.state().node.clone());
             tokio::spawn(async move {
                 lost.await;
-                release_workspace();
+                shared.delete_in_background(vec![root], node);
             })
         };
         tracing::info!(%session, epoch = %lease.epoch(), %key, "session rig open");
@@ -241,19 +211,30 @@ impl Rig {
         &self.workspace_key
     }
 
+    fn workspace_root(&self) -> Delete {
+        Delete::created_at(self.workspace_key.as_str(), self.workspace_revision)
+    }
+
     /// Shuts the session down in order: the last durable append completes, then the workspace
-    /// root is released, then the session lease.
-    pub async fn shutdown(self) -> Result<(), RigError> {
+    /// root is released, then the session lease. Idempotent.
+    ///
+    /// If the workspace root's delete cannot be confirmed within the store's request timeout,
+    /// both deletes go on in the background, in the same order, and this returns
+    /// [`RigError::Workspace`]; if the lease's, [`RigError::Release`].
+    pub async fn shutdown(&self) -> Result<(), RigError> {
         self.journal.close().await;
         self.on_loss.abort();
+        if self.lease.is_released() {
+            return Ok(());
+        }
+        let node = &self.lease.state().node;
         let released = self
             .lease
             .store()
-            .guarded_delete(&self.workspace_key, self.workspace_revision)
+            .guarded_delete(&self.workspace_key, self.workspace_revision, node)
             .await;
         if let Err(error) = released {
-            // The lease is not released before the workspace: leave both to the background
-            // (dropping the rig), where the workspace delete is retried.
+            self.lease.release_after(vec![self.workspace_root()]);
             return Err(RigError::Workspace(error));
         }
         self.lease.release().await.map_err(RigError::Release)
@@ -263,12 +244,63 @@ impl Rig {
 impl Drop for Rig {
     fn drop(&mut self) {
         self.on_loss.abort();
-        if !self.lease.is_released() {
-            self.lease.store().delete_guarded_in_background(
-                self.workspace_key.clone(),
-                self.workspace_revision,
-                self.lease.state().node.clone(),
-            );
+        self.lease.release_after(vec![self.workspace_root()]);
+    }
+}
+
+/// Takes the workspace root under `lease` (see the module docs); its create_revision.
+async fn take_workspace(
+    store: &Store,
+    lease: &Lease,
+    key: &str,
+    value: &str,
+) -> Result<i64, RigError> {
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, 0),
+            lease.ownership().guard(),
+        ])
+        .and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(lease.state().node.id)),
+        )])
+        .or_else([TxnOp::get(key, None)]);
+    let resolve = Txn::new().and_then([TxnOp::get(key, None)]);
+    let shared = store.shared();
+    let written = write::send(
+        &shared.connection,
+        &shared.write,
+        "workspace root",
+        &txn,
+        Some(&resolve),
+        || lease.is_valid(),
+        &shared.shutdown,
+    )
+    .await;
+    let held = |holder: KeyValue| {
+        if holder.value() == value.as_bytes() {
+            Ok(holder.create_revision())
+        } else {
+            Err(RigError::WorkspaceHeld(WorkspaceHeldError {
+                workspace: key.rsplit('/').next().unwrap_or(key).to_owned(),
+                holder: String::from_utf8_lossy(holder.value()).into_owned(),
+            }))
         }
+    };
+    match written {
+        Written::Replied(response) if response.succeeded() => {
+            Ok(response.header().map_or(0, |h| h.revision()))
+        }
+        Written::Replied(response) => match gets(&response).next().flatten() {
+            Some(holder) => held(holder),
+            // The workspace is free: the owner compare failed.
+            None => Err(RigError::Lost),
+        },
+        Written::Resolved { read, unknown } => match gets(&read).next().flatten() {
+            Some(holder) => held(holder),
+            None => Err(RigError::Workspace(unknown)),
+        },
+        Written::Unknown(error) | Written::Failed(error) => Err(RigError::Workspace(error)),
     }
 }

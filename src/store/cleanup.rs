@@ -1,28 +1,87 @@
 //! Guarded deletes that must eventually happen: released leases whose delete failed or was left
-//! to the background (a dropped handle), and owner keys of ours that no lease adopted.
+//! to the background (a dropped handle), workspace roots before their session's owner key, and
+//! owner keys of ours that no lease adopted.
+//!
+//! Every job is bounded: it ends when its deletes are confirmed, when the node lease its keys
+//! are attached to is lost (its end deletes them), when the store shuts down, or at a
+//! permanent failure. A job is queued at most once at a time (see
+//! `StoreShared::delete_in_background`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use tokio::sync::mpsc;
-use tokio::time::sleep;
 
-use super::owner_value::OwnerValue;
-use super::registry::Orphan;
-use super::{StoreShared, guarded_delete_txn};
+use super::StoreShared;
 use crate::lease::NodeLease;
+use crate::write::{self, Written};
 
-pub(crate) enum Cleanup {
-    /// Delete the owner key if it still holds this store's value with this nonce.
-    Orphan(Orphan),
-    /// Delete `key` if it still has this create_revision: a released owner key (at its
-    /// epoch) or a workspace root.
-    Guarded {
-        key: String,
-        create_revision: i64,
-        node: Arc<NodeLease>,
-    },
+/// One guarded delete: `if <guard> then delete(key)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Delete {
+    pub(crate) key: String,
+    pub(crate) guard: Guard,
+}
+
+/// What must still hold for a [`Delete`] to go ahead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The key still has this create_revision: exactly the key created then (an owner key at
+    /// its epoch, a workspace root), never a successor's.
+    CreateRevision(i64),
+    /// The key still holds this value (unique to its writer: an owner value with its nonce, a
+    /// workspace root's session and epoch).
+    Value(Vec<u8>),
+}
+
+impl Delete {
+    pub(crate) fn created_at(key: impl Into<String>, create_revision: i64) -> Self {
+        Self {
+            key: key.into(),
+            guard: Guard::CreateRevision(create_revision),
+        }
+    }
+
+    pub(crate) fn holding(key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            key: key.into(),
+            guard: Guard::Value(value.into()),
+        }
+    }
+
+    pub(crate) fn txn(&self) -> Txn {
+        let key = self.key.as_str();
+        let compare = match &self.guard {
+            Guard::CreateRevision(revision) => {
+                Compare::create_revision(key, CompareOp::Equal, *revision)
+            }
+            Guard::Value(value) => Compare::value(key, CompareOp::Equal, value.clone()),
+        };
+        Txn::new()
+            .when([compare])
+            .and_then([TxnOp::delete(key, None)])
+    }
+
+    fn name(&self) -> String {
+        match &self.guard {
+            Guard::CreateRevision(revision) => format!("{}@{revision}", self.key),
+            Guard::Value(value) => format!("{}={}", self.key, String::from_utf8_lossy(value)),
+        }
+    }
+}
+
+/// Guarded deletes, in order (the next only once the one before is confirmed), of keys
+/// attached to `node`.
+pub(crate) struct Cleanup {
+    pub(crate) deletes: Vec<Delete>,
+    pub(crate) node: Arc<NodeLease>,
+}
+
+impl Cleanup {
+    /// The name the job is claimed under while queued or running: its first delete's.
+    pub(crate) fn name(&self) -> String {
+        self.deletes.first().map(Delete::name).unwrap_or_default()
+    }
 }
 
 /// Runs each job on a task of its own (a slow one must not hold up the others) until the store
@@ -34,58 +93,40 @@ pub(super) async fn run(shared: Arc<StoreShared>, mut jobs: mpsc::UnboundedRecei
             _ = shared.shutdown.cancelled() => return,
         };
         let Some(job) = job else { return };
-        shared.tasks.spawn(retry(shared.clone(), job));
+        shared.tasks.spawn(perform(shared.clone(), job));
     }
 }
 
-async fn retry(shared: Arc<StoreShared>, job: Cleanup) {
-    let (key, txn, node) = match job {
-        Cleanup::Orphan(orphan) => {
-            let key = shared.namespace.owner_key(orphan.session);
-            let value = OwnerValue {
-                store: shared.id,
-                nonce: orphan.nonce,
-                node: shared.node.clone(),
+async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
+    let name = job.name();
+    let alive = || !job.node.is_lost();
+    for delete in &job.deletes {
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "cleanup",
+            &delete.txn(),
+            None,
+            alive,
+            &shared.shutdown,
+        )
+        .await;
+        let key = &delete.key;
+        match written {
+            Written::Replied(response) => {
+                tracing::debug!(%key, deleted = response.succeeded(), "guarded delete confirmed");
             }
-            .encode();
-            let txn = Txn::new()
-                .when([Compare::value(key.as_str(), CompareOp::Equal, value)])
-                .and_then([TxnOp::delete(key.as_str(), None)]);
-            (key, txn, None)
-        }
-        Cleanup::Guarded {
-            key,
-            create_revision,
-            node,
-        } => {
-            let txn = guarded_delete_txn(&key, create_revision);
-            (key, txn, Some(node))
-        }
-    };
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        // A lost node lease takes its keys with it (it is revoked, or it expires).
-        if shared.shutdown.is_cancelled() || node.as_ref().is_some_and(|n| n.is_lost()) {
-            return;
-        }
-        let deleted = shared
-            .connection
-            .write("cleanup", |mut client, _| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await.map(|r| r.succeeded()) }
-            })
-            .await;
-        match deleted {
-            Ok(deleted) => {
-                tracing::debug!(%key, deleted, "guarded delete confirmed");
-                return;
+            Written::Failed(error)
+            | Written::Unknown(error)
+            | Written::Resolved { unknown: error, .. } => {
+                if shared.shutdown.is_cancelled() || !alive() {
+                    tracing::debug!(%key, "guarded delete ends with its node lease");
+                } else {
+                    tracing::error!(%key, %error, "guarded delete failed for good; the deletes after it in this job are not sent");
+                }
+                break;
             }
-            Err(error) => tracing::debug!(%key, %error, "guarded delete failed; retrying"),
         }
-        tokio::select! {
-            _ = sleep(backoff) => {}
-            _ = shared.shutdown.cancelled() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
+    shared.end_cleanup(&name);
 }

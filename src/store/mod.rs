@@ -38,16 +38,17 @@
 //! with `require_leader`, so a member cut off from the leader cancels it instead of stalling
 //! it, and the store moves to another endpoint.
 
+mod acquire;
 mod cleanup;
 mod keepalive;
 mod owner_value;
 mod owner_watch;
 mod registry;
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -56,17 +57,20 @@ use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, RetryPolicy};
 use crate::error::{
-    AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, LeaseHeldError,
-    NilLeaseError, OpenJournalError, ReleaseError, StoreError,
+    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError,
+    StoreError,
 };
-use crate::journal::{
-    self, AppendTxn, Event, Journal, JournalLimits, Record, Replay, ReplayOptions, Sent, Tip,
-};
+use crate::journal::{self, Event, Journal, JournalContext, JournalLimits, Record, Replay, ReplayOptions};
 use crate::keys::Namespace;
-use crate::lease::{Epoch, Lease, LeaseState, LossReason, NodeLease, validity};
+use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
+use crate::write::{self, WritePolicy, Written};
+pub(crate) use cleanup::Delete;
 use cleanup::Cleanup;
 use owner_value::OwnerValue;
 use registry::{Orphan, Registry};
+
+/// etcd's largest lease TTL, in seconds.
+pub const MAX_TTL_SECS: u64 = 9_000_000_000;
 
 /// How a [`Store`] connects and keeps its leases.
 #[derive(Clone, Debug)]
@@ -85,8 +89,12 @@ pub struct StoreOptions {
     /// How often a standby acquisition re-checks without a watch event (a backstop against a
     /// lost event, not a poll). Default 5 s.
     pub standby_recheck: Duration,
-    /// How long one unary etcd request may take. Default 5 s.
+    /// How long one read may take, and how long a foreground delete (a release) is re-sent
+    /// before it is left to the background. Default 5 s.
     pub request_timeout: Duration,
+    /// How writes are sent and re-sent (attempt timeout, backoff); see [`WritePolicy`]. An
+    /// attempt never waits longer than `request_timeout`.
+    pub write: WritePolicy,
     /// Retries of idempotent requests.
     pub retry: RetryPolicy,
     /// etcd's limits, checked before each journal append.
@@ -106,6 +114,7 @@ impl StoreOptions {
             margin: Duration::from_secs(1),
             standby_recheck: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
+            write: WritePolicy::default(),
             retry: RetryPolicy::default(),
             journal: JournalLimits::default(),
             replay: ReplayOptions::default(),
@@ -132,7 +141,10 @@ impl StoreOptions {
     }
 
     fn validate(&self) -> Result<(), StoreError> {
-        if self.ttl < Duration::from_secs(2) || self.ttl.subsec_nanos() != 0 {
+        if self.ttl < Duration::from_secs(2)
+            || self.ttl > Duration::from_secs(MAX_TTL_SECS)
+            || self.ttl.subsec_nanos() != 0
+        {
             return Err(StoreError::InvalidTtl { ttl: self.ttl });
         }
         if self.node.is_empty() || self.node.contains(['\n', '\r']) {
@@ -162,11 +174,15 @@ pub(crate) struct StoreShared {
     pub(crate) ttl: Duration,
     pub(crate) margin: Duration,
     standby_recheck: Duration,
+    request_timeout: Duration,
+    pub(crate) write: WritePolicy,
     journal: JournalLimits,
     replay: ReplayOptions,
     current: Mutex<Option<Arc<NodeLease>>>,
     pub(crate) registry: Mutex<Registry>,
     cleanup: mpsc::UnboundedSender<Cleanup>,
+    /// The names of cleanup jobs queued or running, so that none is queued twice.
+    cleanups: Mutex<HashSet<String>>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
 }
@@ -215,11 +231,17 @@ impl Store {
             ttl: validity.ttl(),
             margin: options.margin,
             standby_recheck: options.standby_recheck,
+            request_timeout: options.request_timeout,
+            write: WritePolicy {
+                attempt_timeout: options.write.attempt_timeout.min(options.request_timeout),
+                ..options.write
+            },
             journal: options.journal,
             replay: options.replay,
             current: Mutex::new(Some(node.clone())),
             registry: Mutex::new(Registry::default()),
             cleanup,
+            cleanups: Mutex::new(HashSet::new()),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -300,8 +322,7 @@ impl Store {
         timeout: Duration,
     ) -> Result<Lease, AcquireError> {
         let deadline = Instant::now() + timeout;
-        let waiter = Arc::new(Notify::new());
-        let _standby = Standby::register(&self.shared, session, waiter.clone());
+        let standby = Standby::register(&self.shared, session);
         let timed_out = || AcquireError::TimedOut {
             session_id: session,
             waited: timeout,
@@ -312,13 +333,13 @@ impl Store {
             let attempt = tokio::time::timeout_at(deadline, self.acquire_lease(session)).await;
             match attempt.map_err(|_| timed_out())? {
                 Ok(lease) => return Ok(lease),
-                Err(AcquireError::Held(_) | AcquireError::NodeLeaseInvalid) => {}
-                Err(AcquireError::OutcomeUnknown(e) | AcquireError::Etcd(e))
-                    if e.class() != FailureClass::Permanent => {}
+                Err(error) if error.is_transient() => {
+                    tracing::debug!(%session, %error, "standing by");
+                }
                 Err(error) => return Err(error),
             }
             tokio::select! {
-                _ = waiter.notified() => {}
+                _ = standby.notified() => {}
                 _ = tokio::time::sleep(self.shared.standby_recheck) => {}
                 _ = tokio::time::sleep_until(deadline) => return Err(timed_out()),
                 _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
@@ -355,90 +376,17 @@ impl Store {
                 epoch: lease.epoch(),
             });
         }
-        let opened = self.fence(lease).await;
+        let opened = journal::open(self.shared.journal_context(), lease.ownership()).await;
         // A fence whose outcome is unknown may have committed: never fence again with this
         // epoch.
         state.settle_journal(!matches!(
             opened,
             Err(OpenJournalError::Etcd(_)
                 | OpenJournalError::LeaseLost(_)
-                | OpenJournalError::Decode(_))
+                | OpenJournalError::Decode(_)
+                | OpenJournalError::SequenceExhausted { .. })
         ));
         opened
-    }
-
-    async fn fence(&self, lease: &Lease) -> Result<Journal, OpenJournalError> {
-        let ownership = lease.ownership();
-        let lost = |source| OpenJournalError::LeaseLost(JournalLeaseLostError { source });
-        ownership.check().map_err(lost)?;
-        let (session, epoch) = (lease.session_id(), lease.epoch());
-        let fenced = || {
-            OpenJournalError::Fenced(AppendError {
-                session_id: session,
-                epoch,
-            })
-        };
-        let namespace = &self.shared.namespace;
-        let tip_key = namespace.tip_key(session);
-        let read = Txn::new().and_then([
-            TxnOp::get(lease.owner_key(), None),
-            TxnOp::get(tip_key.as_str(), None),
-        ]);
-        let response = self
-            .shared
-            .connection
-            .read("open journal", |mut client, _| {
-                let read = read.clone();
-                async move { client.txn(read).await }
-            })
-            .await
-            .map_err(OpenJournalError::Etcd)?;
-        let mut gets = response
-            .op_responses()
-            .into_iter()
-            .filter_map(|op| match op {
-                TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
-                _ => None,
-            });
-        let (owner, tip) = (gets.next().flatten(), gets.next().flatten());
-        if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
-            return Err(fenced());
-        }
-        let (previous, tip_mod_revision) = match &tip {
-            Some(kv) => (
-                Some(journal::decode_tip(kv.key(), kv.value()).map_err(OpenJournalError::Decode)?),
-                kv.mod_revision(),
-            ),
-            None => (None, 0),
-        };
-        let seq = previous.map_or(1, |tip| tip.seq + 1);
-        let nonce = Uuid::new_v4();
-        let fence = AppendTxn::build(
-            namespace,
-            &ownership,
-            seq,
-            vec![journal::encode_fence(seq, epoch, nonce, previous)],
-            journal::encode_tip(&Tip { seq, epoch, nonce }),
-            tip_mod_revision,
-        );
-        let first_key = namespace.record_key(session, seq);
-        match journal::send_resolving(&self.shared.connection, &fence.txn, &first_key, nonce).await
-        {
-            Sent::Committed { revision } => {
-                tracing::info!(%session, %epoch, seq, "journal fenced and open");
-                Ok(Journal::new(
-                    ownership,
-                    self.shared.connection.clone(),
-                    namespace.clone(),
-                    self.shared.journal.clone(),
-                    seq + 1,
-                    revision,
-                ))
-            }
-            Sent::Fenced => Err(fenced()),
-            Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
-            Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
-        }
     }
 
     /// Replays `session`'s events (fences hidden) at one snapshot revision. Needs no lease.
@@ -472,6 +420,20 @@ impl Store {
         )
     }
 
+    /// Registers a standby on `session` (for the session host).
+    pub(crate) fn standby(&self, session: Uuid) -> Standby {
+        Standby::register(&self.shared, session)
+    }
+
+    /// How often a standby re-checks without a watch event.
+    pub(crate) fn standby_recheck(&self) -> Duration {
+        self.shared.standby_recheck
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<StoreShared> {
+        &self.shared
+    }
+
     /// Closes the store: every lease it holds is lost ([`LossReason::StoreClosed`]), the node
     /// lease is revoked (which deletes every owner key attached to it) and the tasks end.
     /// Idempotent.
@@ -490,82 +452,36 @@ impl Drop for Store {
     }
 }
 
-/// Removes a standby's registration when its acquisition ends or is dropped.
-struct Standby<'a> {
-    shared: &'a StoreShared,
+/// A standby's registration: notified when the session's owner key is deleted (or the watch
+/// restarted and may have missed it). Removed when dropped.
+pub(crate) struct Standby {
+    shared: Arc<StoreShared>,
     session: Uuid,
     waiter: Arc<Notify>,
 }
 
-impl<'a> Standby<'a> {
-    fn register(shared: &'a StoreShared, session: Uuid, waiter: Arc<Notify>) -> Self {
+impl Standby {
+    pub(crate) fn register(shared: &Arc<StoreShared>, session: Uuid) -> Self {
+        let waiter = Arc::new(Notify::new());
         shared.registry().add_waiter(session, waiter.clone());
         Self {
-            shared,
+            shared: shared.clone(),
             session,
             waiter,
         }
     }
+
+    /// Resolves at the next notification (or at once if one came since the last wait).
+    pub(crate) async fn notified(&self) {
+        self.waiter.notified().await;
+    }
 }
 
-impl Drop for Standby<'_> {
+impl Drop for Standby {
     fn drop(&mut self) {
         self.shared
             .registry()
             .remove_waiter(self.session, &self.waiter);
-    }
-}
-
-/// `if create_revision(key) == create_revision then delete(key)`: removes exactly the key
-/// that was created then, never a successor's.
-pub(crate) fn guarded_delete_txn(key: &str, create_revision: i64) -> Txn {
-    Txn::new()
-        .when([Compare::create_revision(
-            key,
-            CompareOp::Equal,
-            create_revision,
-        )])
-        .and_then([TxnOp::delete(key, None)])
-}
-
-/// How many times an acquisition with an unknown outcome is re-sent.
-const RESENDS: u32 = 2;
-
-/// An acquisition under way, registered so that watch events for its session are kept for it.
-/// Ends its registration also if the acquisition is dropped or panics.
-struct Acquiring<'a> {
-    shared: &'a StoreShared,
-    session: Uuid,
-    ended: bool,
-}
-
-impl<'a> Acquiring<'a> {
-    fn begin(shared: &'a StoreShared, session: Uuid) -> Self {
-        shared.registry().begin_acquire(session);
-        Self {
-            shared,
-            session,
-            ended: false,
-        }
-    }
-
-    fn end(mut self, lease: Option<&Arc<LeaseState>>) {
-        self.ended = true;
-        let orphans = self.shared.registry().end_acquire(self.session, lease);
-        for orphan in orphans {
-            self.shared.delete_orphan(orphan);
-        }
-    }
-}
-
-impl Drop for Acquiring<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            let orphans = self.shared.registry().end_acquire(self.session, None);
-            for orphan in orphans {
-                self.shared.delete_orphan(orphan);
-            }
-        }
     }
 }
 
@@ -592,223 +508,127 @@ impl StoreShared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
-        let node = self
-            .current_node()
-            .filter(|node| node.is_valid())
-            .ok_or(AcquireError::NodeLeaseInvalid)?;
-        let key = self.namespace.owner_key(session);
-        let nonce = Uuid::new_v4();
-        let value = OwnerValue {
-            store: self.id,
-            nonce,
-            node: self.node.clone(),
-        }
-        .encode();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                value,
-                Some(PutOptions::new().with_lease(node.id)),
-            )])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-
-        let acquiring = Acquiring::begin(&self, session);
-        let outcome = self.send_acquire(session, &key, &txn, nonce).await;
-        let state = outcome
-            .as_ref()
-            .ok()
-            .map(|epoch| LeaseState::new(session, *epoch, key.clone(), nonce, node.clone()));
-        acquiring.end(state.as_ref());
-        match (outcome, state) {
-            (Ok(epoch), Some(state)) => {
-                let lease = Lease::new(state, self.clone());
-                // Lost while it was being registered: a dropped lease is released.
-                match lease.loss_reason() {
-                    Some(LossReason::StoreClosed) => Err(AcquireError::StoreClosed),
-                    Some(LossReason::Expired | LossReason::KeepaliveFailed) => {
-                        Err(AcquireError::NodeLeaseInvalid)
-                    }
-                    _ => {
-                        tracing::debug!(%session, %epoch, "acquired");
-                        Ok(lease)
-                    }
-                }
-            }
-            (Err(error), _) => Err(error),
-            (Ok(_), None) => unreachable!("a state is made for every epoch"),
-        }
-    }
-
-    /// Sends the acquisition, re-sending it while its outcome is unknown; resolves what stays
-    /// unknown by reading the owner key.
-    async fn send_acquire(
-        &self,
-        session: Uuid,
-        key: &str,
-        txn: &Txn,
-        nonce: Uuid,
-    ) -> Result<Epoch, AcquireError> {
-        let mut unknown: Option<EtcdError> = None;
-        let mut attempts = 0;
-        let response = loop {
-            let sent = self
-                .connection
-                .write("acquire", |mut client, _| {
-                    let txn = txn.clone();
-                    async move { client.txn(txn).await }
-                })
-                .await;
-            match sent {
-                Ok(response) => break response,
-                Err(error) if error.is_lease_not_found() => {
-                    // The node lease was replaced between the check and the transaction.
-                    return Err(AcquireError::NodeLeaseInvalid);
-                }
-                Err(error)
-                    if error.class() == FailureClass::OutcomeUnknown && attempts < RESENDS =>
-                {
-                    attempts += 1;
-                    tracing::debug!(%session, %error, "acquisition outcome unknown; re-sending it");
-                    unknown = Some(error);
-                    self.connection.rotate();
-                    tokio::time::sleep(Duration::from_millis(100 * attempts as u64)).await;
-                }
-                // Still unknown, or a definite failure after an unknown one that may yet
-                // commit: read what etcd has.
-                Err(error)
-                    if error.class() == FailureClass::OutcomeUnknown || unknown.is_some() =>
-                {
-                    return self.resolve_by_read(session, key, nonce, error).await;
-                }
-                Err(error) => return Err(AcquireError::Etcd(error)),
-            }
-        };
-        if response.succeeded() {
-            let revision = response.header().map_or(0, |h| h.revision());
-            return Ok(Epoch(revision as u64));
-        }
-        let holder = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-            _ => None,
-        });
-        match holder {
-            Some(holder) => self.adopt_or_held(session, nonce, &holder),
-            // The compare saw a key that the get, in the same transaction, did not: etcd never
-            // does this. Report it rather than guess.
-            None => Err(AcquireError::Etcd(EtcdError::new(
-                "acquire",
-                "(txn)",
-                etcd_client::Error::Internal("owner key vanished inside a txn".into()),
-            ))),
-        }
-    }
-
-    /// Our nonce: an earlier send of this acquisition committed, adopt it. Else it is held.
-    fn adopt_or_held(
-        &self,
-        session: Uuid,
-        nonce: Uuid,
-        holder: &etcd_client::KeyValue,
-    ) -> Result<Epoch, AcquireError> {
-        let epoch = Epoch(holder.create_revision() as u64);
-        if OwnerValue::decode(holder.value())
-            .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
-        {
-            return Ok(epoch);
-        }
-        Err(AcquireError::Held(LeaseHeldError {
-            session_id: session,
-            holder_epoch: epoch,
-        }))
-    }
-
-    /// A linearizable read of the owner key settles an acquisition whose sends stayed unknown:
-    /// ours, someone else's, or (still) absent, in which case a late commit is found by the
-    /// watch as a key nobody adopted, and deleted.
-    async fn resolve_by_read(
-        &self,
-        session: Uuid,
-        key: &str,
-        nonce: Uuid,
-        error: EtcdError,
-    ) -> Result<Epoch, AcquireError> {
-        let read = self
-            .connection
-            .read("acquire resolution", |mut client, _| async move {
-                client.get(key, None).await
-            })
-            .await;
-        match read {
-            Ok(response) => match response.kvs().first() {
-                Some(holder) => self.adopt_or_held(session, nonce, holder),
-                None => Err(AcquireError::OutcomeUnknown(error)),
-            },
-            Err(_) => Err(AcquireError::OutcomeUnknown(error)),
+    /// What a journal of this store needs.
+    pub(crate) fn journal_context(&self) -> JournalContext {
+        JournalContext {
+            connection: self.connection.clone(),
+            namespace: self.namespace.clone(),
+            limits: self.journal.clone(),
+            policy: self.write.clone(),
+            stop: self.shutdown.clone(),
         }
     }
 
     /// Deletes `key` if it still has `create_revision` (an owner key at its epoch, a workspace
-    /// root); true if it did.
+    /// root), in the foreground: re-sent while `node` lives, for at most the request timeout.
+    /// `Ok(true)` if it deleted the key, `Ok(false)` if the key was already gone or replaced.
     pub(crate) async fn guarded_delete(
         &self,
         key: &str,
         create_revision: i64,
+        node: &NodeLease,
     ) -> Result<bool, EtcdError> {
-        let txn = guarded_delete_txn(key, create_revision);
-        self.connection
-            .write("guarded delete", |mut client, _| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await.map(|r| r.succeeded()) }
-            })
-            .await
+        let txn = Delete::created_at(key, create_revision).txn();
+        let until = Instant::now() + self.request_timeout;
+        let go_on = || !node.is_lost() && Instant::now() < until;
+        match write::send(
+            &self.connection,
+            &self.write,
+            "guarded delete",
+            &txn,
+            None,
+            go_on,
+            &self.shutdown,
+        )
+        .await
+        {
+            Written::Replied(response) => Ok(response.succeeded()),
+            Written::Unknown(error) | Written::Failed(error) => Err(error),
+            Written::Resolved { unknown, .. } => Err(unknown),
+        }
     }
 
     /// Releases a lease whose state is already marked released.
     pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
         self.registry().forget(state);
         match self
-            .guarded_delete(&state.owner_key, state.epoch.revision())
+            .guarded_delete(&state.owner_key, state.epoch.revision(), &state.node)
             .await
         {
             Ok(_) => Ok(()),
             Err(error) => {
                 tracing::warn!(session = %state.session, %error, "release deferred to the background");
-                self.release_in_background(state);
+                self.delete_in_background(
+                    vec![Delete::created_at(&state.owner_key, state.epoch.revision())],
+                    state.node.clone(),
+                );
                 Err(ReleaseError::Deferred(error))
             }
         }
     }
 
-    /// Releases a dropped lease from the cleanup task.
-    pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>) {
+    /// Releases a lease (already marked released) in the background, after the deletes
+    /// `before` (e.g. its workspace root): each is confirmed before the next is sent.
+    pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
         self.registry().forget(state);
-        self.delete_guarded_in_background(
-            state.owner_key.clone(),
-            state.epoch.revision(),
-            state.node.clone(),
-        );
+        let mut deletes = before;
+        deletes.push(Delete::created_at(&state.owner_key, state.epoch.revision()));
+        self.delete_in_background(deletes, state.node.clone());
     }
 
-    /// Deletes `key` in the background if it still has `create_revision`; retried until
-    /// confirmed or `node` (which the key is attached to) is lost.
-    pub(crate) fn delete_guarded_in_background(
-        &self,
-        key: String,
-        create_revision: i64,
-        node: Arc<NodeLease>,
-    ) {
-        let _ = self.cleanup.send(Cleanup::Guarded {
-            key,
-            create_revision,
+    /// Guarded deletes in order, in the background: each is re-sent until confirmed, and the
+    /// next is sent only then. They stop when `node` (which the keys are attached to, so its
+    /// end deletes them) is lost, when the store shuts down, or at a permanent error (the later
+    /// ones are then not sent: the order is never broken). A job whose first delete is already
+    /// queued or running is not queued twice.
+    pub(crate) fn delete_in_background(&self, deletes: Vec<Delete>, node: Arc<NodeLease>) {
+        if !deletes.is_empty() {
+            self.queue_cleanup(Cleanup { deletes, node });
+        }
+    }
+
+    /// Deletes an owner key of ours that no lease adopted, guarded by its value (our store id
+    /// and that acquisition's nonce).
+    pub(crate) fn delete_orphan(&self, orphan: Orphan) {
+        // It is attached to one of this store's node leases: the current one, or an older one
+        // that is revoked or expires by itself.
+        let Some(node) = self.current_node() else {
+            return;
+        };
+        tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
+        let value = OwnerValue {
+            store: self.id,
+            nonce: orphan.nonce,
+            node: self.node.clone(),
+        }
+        .encode();
+        let key = self.namespace.owner_key(orphan.session);
+        self.queue_cleanup(Cleanup {
+            deletes: vec![Delete::holding(key, value)],
             node,
         });
     }
 
-    pub(crate) fn delete_orphan(&self, orphan: Orphan) {
-        tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
-        let _ = self.cleanup.send(Cleanup::Orphan(orphan));
+    fn queue_cleanup(&self, job: Cleanup) {
+        if self.claim_cleanup(job.name()) && self.cleanup.send(job).is_err() {
+            // The store is closing: its node lease's revocation deletes what is left.
+        }
+    }
+
+    /// Claims a cleanup job by name; false if one of that name is queued or running.
+    fn claim_cleanup(&self, name: String) -> bool {
+        self.cleanups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name)
+    }
+
+    /// Ends the claim of a finished cleanup job.
+    pub(crate) fn end_cleanup(&self, name: &str) {
+        self.cleanups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
     }
 
     /// Loses every lease of node lease `node_id` (all leases for `None`).

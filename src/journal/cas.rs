@@ -1,0 +1,188 @@
+//! The append transaction (fences are appends too), and how its outcome is read.
+//!
+//! ```text
+//! if   mod_revision(tip)             == the tip's mod_revision this writer last saw (0: none)
+//! and  create_revision(owner key)    == epoch
+//! and  create_revision(r/{first})    == 0
+//! then put(r/{first}) … put(r/{last}), put(tip)
+//! else get(r/{first})
+//! ```
+//!
+//! It is sent through the crate's one write path. What it came to:
+//!
+//! - applied: committed at the reply's revision;
+//! - compare failed: the `else` branch read `r/{first}` in the same linearizable transaction.
+//!   Our nonce means an earlier send committed; anything else means fenced, for good: the
+//!   tip, the owner key at this epoch and an absent `r/{first}` can never all hold again;
+//! - unknown until the lease stopped being valid: one read of `r/{first}` and the owner key.
+//!   Our nonce: committed. Another record there, or no owner key at this epoch (so the
+//!   transaction can never apply): fenced. Neither: still unknown.
+
+use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::record::decode_record;
+use crate::connection::Connection;
+use crate::error::EtcdError;
+use crate::keys::Namespace;
+use crate::lease::{Epoch, Ownership};
+use crate::write::{self, WritePolicy, Written};
+
+/// What a sent append came to.
+#[derive(Debug)]
+pub(crate) enum Sent {
+    Committed { revision: i64 },
+    Fenced,
+    Unknown(EtcdError),
+    Failed(EtcdError),
+}
+
+/// A conservative estimate of the size etcd sees for a transaction: the protobuf encoding of
+/// every compare and operation with generous per-field overhead, plus etcd's own wrapping.
+pub(crate) fn estimate_size(
+    compare_keys: impl IntoIterator<Item = usize>,
+    puts: impl IntoIterator<Item = (usize, usize)>,
+    gets: impl IntoIterator<Item = usize>,
+) -> usize {
+    const TXN: usize = 64;
+    const COMPARE: usize = 24;
+    const PUT: usize = 32;
+    const GET: usize = 24;
+    TXN + compare_keys.into_iter().map(|k| k + COMPARE).sum::<usize>()
+        + puts.into_iter().map(|(k, v)| k + v + PUT).sum::<usize>()
+        + gets.into_iter().map(|k| k + GET).sum::<usize>()
+}
+
+/// The append transaction described in the module docs, with what settles its outcome.
+pub(crate) struct AppendTxn {
+    txn: Txn,
+    resolve: Txn,
+    first_key: String,
+    nonce: Uuid,
+    epoch: Epoch,
+    pub(crate) size: usize,
+}
+
+impl AppendTxn {
+    /// Records `values` from `first_seq` on, and `tip_value`, all written with `nonce`.
+    pub(crate) fn build(
+        namespace: &Namespace,
+        ownership: &Ownership,
+        first_seq: u64,
+        nonce: Uuid,
+        values: Vec<Vec<u8>>,
+        tip_value: Vec<u8>,
+        expected_tip_mod_revision: i64,
+    ) -> Self {
+        let session = ownership.session_id();
+        let tip_key = namespace.tip_key(session);
+        let first_key = namespace.record_key(session, first_seq);
+        let size = estimate_size(
+            [tip_key.len(), ownership.owner_key().len(), first_key.len()],
+            values
+                .iter()
+                .map(|v| (first_key.len(), v.len()))
+                .chain([(tip_key.len(), tip_value.len())]),
+            [first_key.len()],
+        );
+        let mut puts: Vec<TxnOp> = values
+            .into_iter()
+            .zip(first_seq..)
+            .map(|(value, seq)| TxnOp::put(namespace.record_key(session, seq), value, None))
+            .collect();
+        puts.push(TxnOp::put(tip_key.as_str(), tip_value, None));
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(
+                    tip_key.as_str(),
+                    CompareOp::Equal,
+                    expected_tip_mod_revision,
+                ),
+                ownership.guard(),
+                Compare::create_revision(first_key.as_str(), CompareOp::Equal, 0),
+            ])
+            .and_then(puts)
+            .or_else([TxnOp::get(first_key.as_str(), None)]);
+        let resolve = Txn::new().and_then([
+            TxnOp::get(first_key.as_str(), None),
+            TxnOp::get(ownership.owner_key(), None),
+        ]);
+        Self {
+            txn,
+            resolve,
+            first_key,
+            nonce,
+            epoch: ownership.epoch(),
+            size,
+        }
+    }
+
+    /// Sends it through the write path, re-sending while `ownership` is valid.
+    pub(crate) async fn send(
+        &self,
+        connection: &Connection,
+        policy: &WritePolicy,
+        ownership: &Ownership,
+        stop: &CancellationToken,
+    ) -> Sent {
+        let written = write::send(
+            connection,
+            policy,
+            "append",
+            &self.txn,
+            Some(&self.resolve),
+            || ownership.is_valid(),
+            stop,
+        )
+        .await;
+        self.settle(written)
+    }
+
+    fn ours(&self, record: &KeyValue) -> bool {
+        decode_record(record.key(), None, record.value())
+            .is_ok_and(|record| record.nonce() == self.nonce)
+    }
+
+    /// Reads what the write came to (see the module docs).
+    pub(crate) fn settle(&self, written: Written) -> Sent {
+        match written {
+            Written::Replied(response) if response.succeeded() => Sent::Committed {
+                revision: response.header().map_or(0, |h| h.revision()),
+            },
+            Written::Replied(response) => match gets(&response).next().flatten() {
+                Some(first) if self.ours(&first) => {
+                    tracing::debug!(key = self.first_key, "an earlier send committed");
+                    Sent::Committed {
+                        revision: first.mod_revision(),
+                    }
+                }
+                _ => Sent::Fenced,
+            },
+            Written::Resolved { read, unknown } => {
+                let mut gets = gets(&read);
+                let (first, owner) = (gets.next().flatten(), gets.next().flatten());
+                match first {
+                    Some(first) if self.ours(&first) => Sent::Committed {
+                        revision: first.mod_revision(),
+                    },
+                    Some(_) => Sent::Fenced,
+                    None if owner.map(|o| o.create_revision()) != Some(self.epoch.revision()) => {
+                        Sent::Fenced
+                    }
+                    None => Sent::Unknown(unknown),
+                }
+            }
+            Written::Unknown(error) => Sent::Unknown(error),
+            Written::Failed(error) => Sent::Failed(error),
+        }
+    }
+}
+
+/// The first key-value of each get in a transaction's reply, in order.
+pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyValue>> + '_ {
+    response.op_responses().into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+        _ => None,
+    })
+}

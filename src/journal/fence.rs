@@ -1,0 +1,92 @@
+//! Opening a journal: the fence.
+//!
+//! 1. Read the owner key and the tip in one linearizable transaction.
+//! 2. The owner key must still have the lease's epoch; otherwise the open fails as fenced.
+//! 3. Append `Fence { epoch, previous tip }` at `tip.seq + 1` with the append transaction of
+//!    [`cas`](super::cas), expecting the tip's `mod_revision` as read (0 for a new journal).
+//!
+//! The journal is ready only once the fence has committed. From then on a writer of an older
+//! epoch can no longer append: the tip it expects is gone, and so is its owner key.
+
+use etcd_client::{Txn, TxnOp};
+use uuid::Uuid;
+
+use super::cas::{AppendTxn, Sent, gets};
+use super::record::{decode_tip, encode_fence, encode_tip};
+use super::{Journal, JournalContext, Tip};
+use crate::error::{AppendError, JournalLeaseLostError, OpenJournalError};
+use crate::lease::Ownership;
+
+/// Appends the fence under `ownership` and returns the journal, open after it.
+pub(crate) async fn open(
+    context: JournalContext,
+    ownership: Ownership,
+) -> Result<Journal, OpenJournalError> {
+    let lost = |source| OpenJournalError::LeaseLost(JournalLeaseLostError { source });
+    ownership.check().map_err(lost)?;
+    let (session, epoch) = (ownership.session_id(), ownership.epoch());
+    let fenced = || {
+        OpenJournalError::Fenced(AppendError {
+            session_id: session,
+            epoch,
+        })
+    };
+    let tip_key = context.namespace.tip_key(session);
+    let read = Txn::new().and_then([
+        TxnOp::get(ownership.owner_key(), None),
+        TxnOp::get(tip_key.as_str(), None),
+    ]);
+    let response = context
+        .connection
+        .read("open journal", |mut client, _| {
+            let read = read.clone();
+            async move { client.txn(read).await }
+        })
+        .await
+        .map_err(OpenJournalError::Etcd)?;
+    let mut read = gets(&response);
+    let (owner, tip) = (read.next().flatten(), read.next().flatten());
+    if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
+        return Err(fenced());
+    }
+    let (previous, tip_mod_revision) = match &tip {
+        Some(kv) => (
+            Some(decode_tip(kv.key(), kv.value()).map_err(OpenJournalError::Decode)?),
+            kv.mod_revision(),
+        ),
+        None => (None, 0),
+    };
+    let seq = match previous {
+        None => 1,
+        // The fence and at least one record after it must fit below u64::MAX.
+        Some(tip) if tip.seq.checked_add(2).is_some() => tip.seq + 1,
+        Some(tip) => return Err(OpenJournalError::SequenceExhausted { seq: tip.seq }),
+    };
+    let nonce = Uuid::new_v4();
+    let fence = AppendTxn::build(
+        &context.namespace,
+        &ownership,
+        seq,
+        nonce,
+        vec![encode_fence(seq, epoch, nonce, previous)],
+        encode_tip(&Tip { seq, epoch, nonce }),
+        tip_mod_revision,
+    );
+    let sent = fence
+        .send(
+            &context.connection,
+            &context.policy,
+            &ownership,
+            &context.stop,
+        )
+        .await;
+    match sent {
+        Sent::Committed { revision } => {
+            tracing::info!(%session, %epoch, seq, "journal fenced and open");
+            Ok(Journal::new(context, ownership, seq + 1, revision))
+        }
+        Sent::Fenced => Err(fenced()),
+        Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
+        Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
+    }
+}

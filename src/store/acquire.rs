@@ -1,0 +1,179 @@
+//! The acquire protocol.
+//!
+//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease)
+//! else get(owner)`, sent through the crate's one write path and re-sent while the node lease
+//! is valid. What it came to:
+//!
+//! - applied: the epoch is the reply's revision (the key's `create_revision`);
+//! - compare failed: the `else` branch read the owner key. Our store id and nonce mean an
+//!   earlier send committed: adopt it. Anything else: [`LeaseHeldError`] with the holder's
+//!   epoch;
+//! - unknown until the node lease stopped being valid: one read of the owner key settles it the
+//!   same way, or leaves it unknown when the key is absent (a late commit is then found by the
+//!   watch as a key nobody adopted, and deleted).
+//!
+//! The acquisition is registered with the registry while it is under way, so watch events for
+//! its session that arrive before it returns still apply to the lease it returns. A lease that
+//! was lost meanwhile is not handed out: the caller gets [`AcquireError::Lost`].
+
+use std::sync::Arc;
+
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnResponse};
+use uuid::Uuid;
+
+use super::StoreShared;
+use super::owner_value::OwnerValue;
+use crate::error::{AcquireError, EtcdError, LeaseHeldError};
+use crate::journal::gets;
+use crate::lease::{Epoch, Lease, LeaseState, LossReason};
+use crate::write::{self, Written};
+
+/// An acquisition under way, registered so that watch events for its session are kept for it.
+/// Ends its registration also if the acquisition is dropped or panics.
+struct Acquiring<'a> {
+    shared: &'a StoreShared,
+    session: Uuid,
+    ended: bool,
+}
+
+impl<'a> Acquiring<'a> {
+    fn begin(shared: &'a StoreShared, session: Uuid) -> Self {
+        shared.registry().begin_acquire(session);
+        Self {
+            shared,
+            session,
+            ended: false,
+        }
+    }
+
+    fn end(mut self, lease: Option<&Arc<LeaseState>>) {
+        self.ended = true;
+        self.finish(lease);
+    }
+
+    fn finish(&self, lease: Option<&Arc<LeaseState>>) {
+        let orphans = self.shared.registry().end_acquire(self.session, lease);
+        for orphan in orphans {
+            self.shared.delete_orphan(orphan);
+        }
+    }
+}
+
+impl Drop for Acquiring<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.finish(None);
+        }
+    }
+}
+
+impl StoreShared {
+    pub(super) async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+        let node = self
+            .current_node()
+            .filter(|node| node.is_valid())
+            .ok_or(AcquireError::NodeLeaseInvalid)?;
+        let key = self.namespace.owner_key(session);
+        let nonce = Uuid::new_v4();
+        let value = OwnerValue {
+            store: self.id,
+            nonce,
+            node: self.node.clone(),
+        }
+        .encode();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_lease(node.id)),
+            )])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
+
+        let acquiring = Acquiring::begin(&self, session);
+        let written = write::send(
+            &self.connection,
+            &self.write,
+            "acquire",
+            &txn,
+            Some(&resolve),
+            || node.is_valid(),
+            &self.shutdown,
+        )
+        .await;
+        let outcome = self.settle(session, nonce, written);
+        let state = outcome
+            .as_ref()
+            .ok()
+            .map(|epoch| LeaseState::new(session, *epoch, key.clone(), nonce, node.clone()));
+        acquiring.end(state.as_ref());
+        let (epoch, state) = match (outcome, state) {
+            (Ok(epoch), Some(state)) => (epoch, state),
+            (Err(error), _) => return Err(error),
+            (Ok(_), None) => unreachable!("a state is made for every epoch"),
+        };
+        let lease = Lease::new(state, self.clone());
+        // Lost while it was being registered: the lease is dropped here, which releases it.
+        match lease.loss_reason() {
+            None => {
+                tracing::debug!(%session, %epoch, "acquired");
+                Ok(lease)
+            }
+            Some(LossReason::StoreClosed) => Err(AcquireError::StoreClosed),
+            Some(LossReason::Expired | LossReason::KeepaliveFailed) => {
+                Err(AcquireError::NodeLeaseInvalid)
+            }
+            Some(reason) => Err(AcquireError::Lost(reason)),
+        }
+    }
+
+    /// Reads what the acquisition came to (see the module docs).
+    fn settle(&self, session: Uuid, nonce: Uuid, written: Written) -> Result<Epoch, AcquireError> {
+        let holder = |response: &TxnResponse| gets(response).next().flatten();
+        match written {
+            Written::Replied(response) if response.succeeded() => Ok(Epoch(
+                response.header().map_or(0, |h| h.revision()).max(0) as u64,
+            )),
+            Written::Replied(response) => match holder(&response) {
+                Some(holder) => self.adopt_or_held(session, nonce, &holder),
+                // The compare saw a key that the get, in the same transaction, did not: etcd
+                // never does this. Report it rather than guess.
+                None => Err(AcquireError::Etcd(EtcdError::new(
+                    "acquire",
+                    "(txn)",
+                    etcd_client::Error::Internal("owner key vanished inside a txn".into()),
+                ))),
+            },
+            Written::Resolved { read, unknown } => match holder(&read) {
+                Some(holder) => self.adopt_or_held(session, nonce, &holder),
+                None => Err(AcquireError::OutcomeUnknown(unknown)),
+            },
+            Written::Unknown(error) => Err(AcquireError::OutcomeUnknown(error)),
+            // The node lease was replaced between the check and the transaction.
+            Written::Failed(error) if error.is_lease_not_found() => {
+                Err(AcquireError::NodeLeaseInvalid)
+            }
+            Written::Failed(error) => Err(AcquireError::Etcd(error)),
+        }
+    }
+
+    /// Our nonce: an earlier send of this acquisition committed, adopt it. Else it is held.
+    fn adopt_or_held(
+        &self,
+        session: Uuid,
+        nonce: Uuid,
+        holder: &KeyValue,
+    ) -> Result<Epoch, AcquireError> {
+        let epoch = Epoch(holder.create_revision().max(0) as u64);
+        if OwnerValue::decode(holder.value())
+            .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
+        {
+            return Ok(epoch);
+        }
+        Err(AcquireError::Held(LeaseHeldError {
+            session_id: session,
+            holder_epoch: epoch,
+        }))
+    }
+}

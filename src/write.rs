@@ -1,0 +1,340 @@
+//! The one write path: send a transaction, re-send it byte-identical while its outcome is
+//! unknown, then resolve what stays unknown by reading.
+//!
+//! Every write leasehold makes (acquire, fence, append, workspace root, guarded deletes) goes
+//! through [`send`], with one policy:
+//!
+//! - Each attempt goes to the preferred endpoint and is bounded by a short timeout
+//!   ([`WritePolicy::attempt_timeout`], 1 s by default): etcd's own server-side timeout is
+//!   5 s + 2 × the election timeout, so a proposal sent while the leader dies would otherwise
+//!   wait that long.
+//! - After a failed attempt the next endpoint is preferred and the same transaction (same
+//!   nonce, same compares) is sent again after a jittered, growing pause. Re-sending is always
+//!   safe: every transaction leasehold writes carries compares under which at most one of its
+//!   sends can ever apply.
+//! - It goes on for as long as the caller's condition holds (a journal: while its lease is
+//!   valid; an acquisition: while the node lease is). When the condition fails and some send's
+//!   outcome is unknown, one linearizable read (the caller's) settles it where it can.
+//!
+//! The decision after each attempt is [`next`], a pure function of what the sends so far came
+//! to and what this one came to; it is unit-tested for every pair.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use etcd_client::{Txn, TxnResponse};
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::Connection;
+use crate::error::{EtcdError, FailureClass};
+
+/// How writes are sent and re-sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WritePolicy {
+    /// How long one attempt may take before its outcome counts as unknown. Default 1 s.
+    pub attempt_timeout: Duration,
+    /// The pause after the first failed attempt; it doubles (with jitter) after each. Default
+    /// 20 ms.
+    pub initial_backoff: Duration,
+    /// The longest pause between attempts. Default 500 ms.
+    pub max_backoff: Duration,
+}
+
+impl Default for WritePolicy {
+    fn default() -> Self {
+        Self {
+            attempt_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+impl WritePolicy {
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff.max(self.initial_backoff))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+}
+
+/// What the sends of one transaction have come to so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sends {
+    /// Every send so far was certainly not applied (or none was made yet).
+    NoneApplied,
+    /// Some send's outcome is unknown: it may have been applied, or may still be.
+    MaybeApplied,
+}
+
+/// What one attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// etcd answered: the transaction applied, or its compare failed (the reply says which).
+    Replied,
+    /// Certainly not applied: no connection could be made, or etcd refused it (no leader).
+    NotApplied,
+    /// Maybe applied: a timeout, a lost connection, "request timed out", "leader changed".
+    Unknown,
+    /// Refused, and sending it again would be refused the same way.
+    Permanent,
+}
+
+impl Attempt {
+    fn of(class: FailureClass) -> Self {
+        match class {
+            FailureClass::NotSent | FailureClass::Rejected => Attempt::NotApplied,
+            FailureClass::OutcomeUnknown => Attempt::Unknown,
+            FailureClass::Permanent => Attempt::Permanent,
+        }
+    }
+}
+
+/// What to do after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Take etcd's reply: the caller reads from it whether this or an earlier send applied.
+    Accept,
+    /// Send the same transaction again; the sends now stand at this.
+    Resend(Sends),
+    /// Certainly not applied, and not to be sent again: report this attempt's failure.
+    Fail,
+    /// Maybe applied, and not to be sent again: settle it by reading.
+    Resolve,
+}
+
+/// The decision table. `go_on` is the caller's condition (e.g. the lease is still valid).
+pub(crate) fn next(sends: Sends, attempt: Attempt, go_on: bool) -> Next {
+    use Attempt as A;
+    use Sends as S;
+    match (sends, attempt, go_on) {
+        // A reply is the truth, whatever came before: a failed compare after an unknown send
+        // is resolved by the `else` branch the caller built into the transaction.
+        (_, A::Replied, _) => Next::Accept,
+        (S::NoneApplied, A::NotApplied, true) => Next::Resend(S::NoneApplied),
+        (S::NoneApplied, A::NotApplied, false) => Next::Fail,
+        (S::NoneApplied, A::Permanent, _) => Next::Fail,
+        (_, A::Unknown, true) => Next::Resend(S::MaybeApplied),
+        (S::MaybeApplied, A::NotApplied, true) => Next::Resend(S::MaybeApplied),
+        // An earlier send may have applied: only a read can say.
+        (S::MaybeApplied, A::NotApplied | A::Permanent, _) => Next::Resolve,
+        (_, A::Unknown, false) => Next::Resolve,
+    }
+}
+
+/// What a write came to.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// etcd answered one of the sends: read the reply (succeeded, or the compare failed and
+    /// the `else` branch shows why).
+    Replied(TxnResponse),
+    /// The sends stayed unknown until the caller's condition failed; the resolving read
+    /// answered with this. `unknown` is the first failure that may have applied.
+    Resolved {
+        read: TxnResponse,
+        unknown: EtcdError,
+    },
+    /// The outcome stays unknown: no read was given, or it failed too.
+    Unknown(EtcdError),
+    /// Certainly not applied.
+    Failed(EtcdError),
+}
+
+/// Sends `txn` as the module docs say. `resolve`, a read-only transaction, settles an unknown
+/// outcome once `go_on` fails; `stop` (the store's shutdown) ends the attempts at once.
+pub(crate) async fn send(
+    connection: &Connection,
+    policy: &WritePolicy,
+    operation: &'static str,
+    txn: &Txn,
+    resolve: Option<&Txn>,
+    go_on: impl Fn() -> bool,
+    stop: &CancellationToken,
+) -> Written {
+    let mut sends = Sends::NoneApplied;
+    let mut unknown: Option<EtcdError> = None;
+    let mut backoff = policy.backoff();
+    loop {
+        let attempt = tokio::select! {
+            attempt = connection.attempt(operation, policy.attempt_timeout, |mut client| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            }) => attempt,
+            _ = stop.cancelled() => Err(EtcdError::stopped(operation)),
+        };
+        let error = match attempt {
+            Ok(response) => {
+                debug_assert_eq!(next(sends, Attempt::Replied, true), Next::Accept);
+                return Written::Replied(response);
+            }
+            Err(error) => error,
+        };
+        let kind = if stop.is_cancelled() {
+            // The attempt was abandoned mid-flight: it may have been applied.
+            Attempt::Unknown
+        } else {
+            Attempt::of(error.class())
+        };
+        let go = !stop.is_cancelled() && go_on();
+        match next(sends, kind, go) {
+            Next::Accept => unreachable!("only a reply is accepted"),
+            Next::Resend(now) => {
+                tracing::debug!(operation, %error, ?now, "write failed; sending the same transaction again");
+                sends = now;
+                if kind == Attempt::Unknown {
+                    // The first unknown failure is the one that may have applied.
+                    unknown.get_or_insert(error);
+                }
+                connection.rotate();
+                let pause = backoff.next().unwrap_or(policy.max_backoff);
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+            Next::Fail => return Written::Failed(error),
+            Next::Resolve => {
+                let unknown = unknown.unwrap_or(error);
+                let Some(read) = resolve else {
+                    return Written::Unknown(unknown);
+                };
+                return match read_once(connection, policy, read, stop).await {
+                    Some(read) => Written::Resolved { read, unknown },
+                    None => Written::Unknown(unknown),
+                };
+            }
+        }
+    }
+}
+
+/// The resolving read: linearizable, a few attempts across the endpoints, bounded in time.
+async fn read_once(
+    connection: &Connection,
+    policy: &WritePolicy,
+    read: &Txn,
+    stop: &CancellationToken,
+) -> Option<TxnResponse> {
+    let attempts = connection.endpoints().len().max(1) * 2;
+    for _ in 0..attempts {
+        let attempt = tokio::select! {
+            attempt = connection.attempt("resolving read", policy.attempt_timeout, |mut client| {
+                let read = read.clone();
+                async move { client.txn(read).await }
+            }) => attempt,
+            _ = stop.cancelled() => return None,
+        };
+        match attempt {
+            Ok(response) => return Some(response),
+            Err(error) if error.class() == FailureClass::Permanent => return None,
+            Err(_) => connection.rotate(),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SENDS: [Sends; 2] = [Sends::NoneApplied, Sends::MaybeApplied];
+    const ATTEMPTS: [Attempt; 4] = [
+        Attempt::Replied,
+        Attempt::NotApplied,
+        Attempt::Unknown,
+        Attempt::Permanent,
+    ];
+
+    /// The table, spelled out: (sends so far, this attempt, go on) → next.
+    fn expected(sends: Sends, attempt: Attempt, go_on: bool) -> Next {
+        use Attempt as A;
+        use Sends as S;
+        match (sends, attempt, go_on) {
+            (S::NoneApplied, A::Replied, _) => Next::Accept,
+            (S::NoneApplied, A::NotApplied, true) => Next::Resend(S::NoneApplied),
+            (S::NoneApplied, A::NotApplied, false) => Next::Fail,
+            (S::NoneApplied, A::Unknown, true) => Next::Resend(S::MaybeApplied),
+            (S::NoneApplied, A::Unknown, false) => Next::Resolve,
+            (S::NoneApplied, A::Permanent, _) => Next::Fail,
+            (S::MaybeApplied, A::Replied, _) => Next::Accept,
+            (S::MaybeApplied, A::NotApplied, true) => Next::Resend(S::MaybeApplied),
+            (S::MaybeApplied, A::NotApplied, false) => Next::Resolve,
+            (S::MaybeApplied, A::Unknown, true) => Next::Resend(S::MaybeApplied),
+            (S::MaybeApplied, A::Unknown, false) => Next::Resolve,
+            (S::MaybeApplied, A::Permanent, _) => Next::Resolve,
+        }
+    }
+
+    #[test]
+    fn every_pair_of_first_and_later_outcome_is_decided() {
+        // First sends (from NoneApplied), then every re-send outcome after each of them.
+        for first in ATTEMPTS {
+            for go_on in [true, false] {
+                assert_eq!(
+                    next(Sends::NoneApplied, first, go_on),
+                    expected(Sends::NoneApplied, first, go_on),
+                    "first {first:?}, go on {go_on}"
+                );
+            }
+            let Next::Resend(after_first) = next(Sends::NoneApplied, first, true) else {
+                continue;
+            };
+            for resend in ATTEMPTS {
+                for go_on in [true, false] {
+                    assert_eq!(
+                        next(after_first, resend, go_on),
+                        expected(after_first, resend, go_on),
+                        "first {first:?}, re-send {resend:?}, go on {go_on}"
+                    );
+                }
+            }
+        }
+        for sends in SENDS {
+            for attempt in ATTEMPTS {
+                for go_on in [true, false] {
+                    assert_eq!(
+                        next(sends, attempt, go_on),
+                        expected(sends, attempt, go_on)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_that_may_have_applied_is_never_reported_as_failed() {
+        for attempt in ATTEMPTS {
+            for go_on in [true, false] {
+                assert_ne!(next(Sends::MaybeApplied, attempt, go_on), Next::Fail);
+            }
+        }
+        // And once maybe applied, it stays so.
+        for attempt in ATTEMPTS {
+            if let Next::Resend(sends) = next(Sends::MaybeApplied, attempt, true) {
+                assert_eq!(sends, Sends::MaybeApplied);
+            }
+        }
+    }
+
+    #[test]
+    fn a_valid_lease_keeps_an_unknown_write_going() {
+        for sends in SENDS {
+            assert_eq!(
+                next(sends, Attempt::Unknown, true),
+                Next::Resend(Sends::MaybeApplied)
+            );
+            assert_eq!(next(sends, Attempt::Unknown, false), Next::Resolve);
+        }
+    }
+
+    #[test]
+    fn the_backoff_grows_with_jitter_and_stays_bounded() {
+        let policy = WritePolicy::default();
+        let pauses: Vec<Duration> = policy.backoff().take(20).collect();
+        assert_eq!(pauses.len(), 20, "it never runs out");
+        assert!(pauses.iter().all(|p| *p <= policy.max_backoff * 2));
+        assert!(pauses[10] >= policy.initial_backoff * 4);
+    }
+}
