@@ -10,6 +10,7 @@
 //! | `{ns}/journals/{session}/tip` | the journal's last sequence number, epoch and nonce |
 //! | `{ns}/journals/{session}/r/{seq:020}` | one journal record |
 //! | `{ns}/workspaces/{id}` | workspace-root ownership |
+//! | `{ns}/hosts/{store}` | a live [`SessionHost`](crate::SessionHost), attached to its node lease |
 //!
 //! Owner keys have a prefix of their own so that one watch per node on `{ns}/owners/` sees
 //! every ownership change and nothing else. Sequence numbers are zero-padded to 20 digits (the
@@ -121,6 +122,16 @@ impl Namespace {
     /// `{ns}/workspaces/{id}`.
     pub fn workspace_key(&self, id: &str) -> String {
         format!("{}/workspaces/{id}", self.0)
+    }
+
+    /// `{ns}/hosts/`: the prefix of the keys of live session hosts.
+    pub fn hosts_prefix(&self) -> String {
+        format!("{}/hosts/", self.0)
+    }
+
+    /// `{ns}/hosts/{store}`: one live session host, attached to its store's node lease.
+    pub fn host_key(&self, store: Uuid) -> String {
+        format!("{}/hosts/{}", self.0, store.hyphenated())
     }
 }
 

@@ -21,6 +21,9 @@
 //!   lost is resolved, never guessed. See the [`journal`] module.
 //! - [`Rig`]: the composition root of a live session (lease, workspace root, journal) with an
 //!   ordered shutdown, and the [`GcView`] that object GC gets. See the [`rig`] module.
+//! - [`SessionHost`]: keeps a set of sessions owned and worked on across a cluster of hosts,
+//!   balanced, giving up in order and standing by again whenever a session cannot go on. See
+//!   the [`host`] module.
 //! - [`fault::FaultProxy`]: a loopback TCP proxy that injects network faults between one
 //!   client and etcd, for tests, demos and drills.
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
@@ -56,6 +59,7 @@
 mod connection;
 mod error;
 pub mod fault;
+pub mod host;
 pub mod journal;
 pub mod keys;
 pub mod lease;
@@ -76,6 +80,7 @@ pub use error::{
 pub use journal::{
     Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions, Tip,
 };
+pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
 pub use rig::{GcView, Rig};

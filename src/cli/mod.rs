@@ -122,13 +122,16 @@ impl Common {
                 2,
             ));
         }
+        let margin = Duration::try_from_secs_f64(self.margin).map_err(|_| {
+            Failure::message(
+                format!("invalid margin {}: too many seconds", self.margin),
+                2,
+            )
+        })?;
         let mut options = StoreOptions::new(endpoints)
             .with_namespace(self.namespace.clone())
             .with_node(node)
-            .with_ttl(
-                Duration::from_secs(self.ttl),
-                Duration::from_secs_f64(self.margin),
-            );
+            .with_ttl(Duration::from_secs(self.ttl), margin);
         options.retry = self.retry();
         Ok(options)
     }

@@ -1,10 +1,12 @@
 //! `leasehold node`: a session host.
 //!
-//! Given a set of sessions, the node owns those it can and stands by on the rest (woken by the
-//! watch, no polling). For each owned session it opens a [`Rig`] (lease, workspace root
+//! A thin command over [`SessionHost`]: given a set of sessions, the node owns its share of
+//! them (⌈sessions / live nodes⌉, at most `--max-sessions`) and stands by on the rest (woken
+//! by the watch, no polling). For each owned session it opens a [`Rig`] (lease, workspace root
 //! `ws-{session}`, journal) and appends one heartbeat event per second. When a session is
-//! lost it stands by again. On SIGTERM or SIGINT it shuts every session down in order (last
-//! append, workspace root, lease) and exits 0.
+//! lost, or its journal breaks, it shuts the rig down in order and stands by again. On SIGTERM
+//! or SIGINT it shuts every session down in order (last append, workspace root, lease) and
+//! exits 0.
 //!
 //! It prints one line per event, for people and scripts alike:
 //!
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{AcquireError, Namespace, Rig, Store};
+use leasehold::{GiveUp, HostEvent, HostOptions, Namespace, Rig, SessionHost};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -33,6 +35,9 @@ pub(crate) struct NodeArgs {
     /// Host this session (repeatable).
     #[arg(long)]
     session: Vec<Uuid>,
+    /// Hold at most this many sessions, whatever the balance allows.
+    #[arg(long)]
+    max_sessions: Option<usize>,
 }
 
 /// Session `i` of a namespace: the same on every node, different in every namespace.
@@ -95,21 +100,21 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
         ),
     );
 
-    let shutdown = CancellationToken::new();
-    let mut hosts = tokio::task::JoinSet::new();
-    for session in sessions {
-        hosts.spawn(host(
-            store.clone(),
-            session,
-            name.clone(),
-            timeline.clone(),
-            shutdown.clone(),
-        ));
+    let mut options = HostOptions::default();
+    if let Some(max) = args.max_sessions {
+        options = options.with_max_sessions(max);
     }
+    let work = {
+        let (name, timeline) = (name.clone(), timeline.clone());
+        move |rig, stop| heartbeat(rig, stop, name.clone(), timeline.clone())
+    };
+    let host = SessionHost::start(store.clone(), options, sessions, work);
+    let printer = tokio::spawn(print_events(host.events(), name.clone(), timeline.clone()));
     wait_for_signal().await;
     timeline.say(&name, "shutting down");
-    shutdown.cancel();
-    while hosts.join_next().await.is_some() {}
+    host.shutdown().await;
+    drop(host);
+    let _ = printer.await;
     store.close().await;
     timeline.say(&name, "stopped");
     Ok(())
@@ -130,81 +135,68 @@ pub(crate) async fn wait_for_signal() {
     }
 }
 
-/// Owns `session` whenever it can, heartbeating into its journal, until shutdown.
-async fn host(
-    store: Arc<Store>,
-    session: Uuid,
+/// One line per host event.
+async fn print_events(
+    mut events: tokio::sync::broadcast::Receiver<HostEvent>,
     name: String,
     timeline: Timeline,
-    shutdown: CancellationToken,
 ) {
-    let workspace = format!("ws-{session}");
+    use tokio::sync::broadcast::error::RecvError;
     loop {
-        let acquired = tokio::select! {
-            acquired = store.acquire_lease_wait(session, Duration::from_secs(3600)) => acquired,
-            _ = shutdown.cancelled() => return,
-        };
-        let lease = match acquired {
-            Ok(lease) => lease,
-            Err(AcquireError::TimedOut { .. }) => continue,
-            Err(AcquireError::StoreClosed) => return,
-            Err(error) => {
-                timeline.say(
-                    &name,
-                    format_args!("acquire session={session} failed: {error}"),
-                );
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = shutdown.cancelled() => return,
-                }
+        match events.recv().await {
+            Ok(HostEvent::Acquired { session, epoch }) => {
+                timeline.say(&name, format_args!("acquired session={session} epoch={epoch}"));
             }
-        };
-        let rig = match Rig::with_lease(&store, lease, &workspace).await {
-            Ok(rig) => rig,
-            Err(error) => {
-                timeline.say(
-                    &name,
-                    format_args!("open session={session} failed: {}", super::chain(&error)),
-                );
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = shutdown.cancelled() => return,
-                }
-            }
-        };
-        timeline.say(
-            &name,
-            format_args!("acquired session={session} epoch={}", rig.epoch()),
-        );
-        let lost = rig.lost();
-        let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
-        let mut beats = 0u64;
-        loop {
-            tokio::select! {
-                reason = lost.clone() => {
-                    timeline.say(&name, format_args!("lost session={session} reason={reason}"));
-                    break;
-                }
-                _ = shutdown.cancelled() => {
-                    match rig.shutdown().await {
-                        Ok(()) => timeline.say(&name, format_args!("released session={session}")),
-                        Err(error) => timeline.say(
-                            &name,
-                            format_args!("release session={session} deferred: {}", super::chain(&error)),
-                        ),
+            Ok(HostEvent::GaveUp {
+                session,
+                why,
+                result,
+                ..
+            }) => {
+                match why {
+                    GiveUp::Lost(reason) => {
+                        timeline.say(&name, format_args!("lost session={session} reason={reason}"));
                     }
-                    return;
+                    GiveUp::Stopped | GiveUp::Shed => {}
+                    other => timeline.say(&name, format_args!("gave up session={session} why={other}")),
                 }
-                _ = heartbeat.tick() => {
-                    beats += 1;
-                    if let Err(error) = rig.journal().append(format!("heartbeat {name} {beats}")).await {
-                        timeline.say(
-                            &name,
-                            format_args!("heartbeat session={session} failed: {}", super::chain(&error)),
-                        );
-                    }
+                match result {
+                    Ok(()) => timeline.say(&name, format_args!("released session={session}")),
+                    Err(error) => timeline.say(
+                        &name,
+                        format_args!("release session={session} deferred: {}", super::chain(&*error)),
+                    ),
                 }
             }
+            Ok(HostEvent::OpenFailed { session, error }) => timeline.say(
+                &name,
+                format_args!("open session={session} failed: {}", super::chain(&*error)),
+            ),
+            Ok(_) => {}
+            Err(RecvError::Lagged(missed)) => {
+                timeline.say(&name, format_args!("({missed} events not shown)"));
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The work on each owned session: one heartbeat event a second into its journal.
+async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, name: String, timeline: Timeline) {
+    let session = rig.session_id();
+    let mut beats = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        beats += 1;
+        if let Err(error) = rig.journal().append(format!("heartbeat {name} {beats}")).await {
+            timeline.say(
+                &name,
+                format_args!("heartbeat session={session} failed: {}", super::chain(&error)),
+            );
         }
     }
 }

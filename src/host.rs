@@ -1,0 +1,541 @@
+//! [`SessionHost`]: keeps a set of sessions owned and worked on, across a cluster of hosts.
+//!
+//! A host is given the sessions it should host (a fixed set, changed later with
+//! [`add`](SessionHost::add) and [`remove`](SessionHost::remove)). For each it runs one task:
+//!
+//! 1. wait for a free slot (see *Balance*);
+//! 2. acquire the session; if it is held elsewhere, stand by (woken by the owner key's
+//!    delete, with the store's slow re-check as a backstop) and go to 1;
+//! 3. open a [`Rig`] (lease, workspace root, fenced journal) and run the user's
+//!    `work(rig, token)`;
+//! 4. when the lease is lost, the journal breaks ([`Journal::broken`]: fenced, or an append
+//!    whose outcome could not be settled), the user's work returns, the host sheds the
+//!    session, or the session is removed: cancel `token`, give the work
+//!    [`HostOptions::stop_grace`] to return (then abort it), shut the rig down in order (last
+//!    append, workspace root, lease) and go to 1.
+//!
+//! So no session stays on a state no event will change: a broken journal is given up and
+//! opened again under a new lease, by this host or another.
+//!
+//! # Balance
+//!
+//! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, so the live hosts
+//! are visible to all and a dead host's key goes with its lease. Every tick (TTL/3, at most
+//! 1 s) a host counts them and holds at most ⌈wanted sessions / live hosts⌉ sessions (and at
+//! most [`HostOptions::max_sessions`]). A host over its cap sheds the difference, in order, so
+//! a host that joins gets its share without anyone restarting, and a host that leaves (its key
+//! is deleted first) hands its sessions over at once. Acquisitions and standbys count against
+//! the cap too, so a host at its cap does not take a session that another host just shed.
+//!
+//! [`Journal::broken`]: crate::Journal::broken
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::keys::prefix_end;
+use crate::lease::{Epoch, LossReason};
+use crate::rig::{Rig, RigError};
+use crate::store::Store;
+use crate::write::{self, Written};
+
+/// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
+/// on its own, which gives the session up).
+type Work = Arc<dyn Fn(Arc<Rig>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The workspace id of a session.
+type WorkspaceOf = Arc<dyn Fn(Uuid) -> String + Send + Sync>;
+
+/// How a [`SessionHost`] runs.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct HostOptions {
+    /// The most sessions this host holds, whatever the balance allows. Default: no limit.
+    pub max_sessions: Option<usize>,
+    /// How long the user's work may take to return once its token is cancelled before it is
+    /// aborted. Default 5 s.
+    pub stop_grace: Duration,
+    /// The pause after a session could not be opened (e.g. its workspace root is held), before
+    /// it is tried again. Default 500 ms.
+    pub retry_pause: Duration,
+    workspace: WorkspaceOf,
+}
+
+impl std::fmt::Debug for HostOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostOptions")
+            .field("max_sessions", &self.max_sessions)
+            .field("stop_grace", &self.stop_grace)
+            .field("retry_pause", &self.retry_pause)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            max_sessions: None,
+            stop_grace: Duration::from_secs(5),
+            retry_pause: Duration::from_millis(500),
+            workspace: Arc::new(|session| format!("ws-{session}")),
+        }
+    }
+}
+
+impl HostOptions {
+    /// Caps the sessions this host holds.
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = Some(max);
+        self
+    }
+
+    /// Sets the grace period of the user's work.
+    pub fn with_stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// Sets the pause after a failed open.
+    pub fn with_retry_pause(mut self, pause: Duration) -> Self {
+        self.retry_pause = pause;
+        self
+    }
+
+    /// Names each session's workspace root (default `ws-{session}`). The id must be valid for
+    /// [`Rig::open`].
+    pub fn with_workspace(mut self, workspace: impl Fn(Uuid) -> String + Send + Sync + 'static) -> Self {
+        self.workspace = Arc::new(workspace);
+        self
+    }
+}
+
+/// Why a host gave an owned session up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// The lease was lost.
+    Lost(LossReason),
+    /// The journal broke (fenced, or an append's outcome could not be settled).
+    JournalBroken,
+    /// The user's work returned on its own.
+    WorkDone,
+    /// The host is over its share and handed the session over.
+    Shed,
+    /// The session was removed from the host, or the host shut down.
+    Stopped,
+}
+
+impl std::fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GiveUp::Lost(reason) => write!(f, "lost ({reason})"),
+            GiveUp::JournalBroken => f.write_str("journal broken"),
+            GiveUp::WorkDone => f.write_str("work done"),
+            GiveUp::Shed => f.write_str("shed to another host"),
+            GiveUp::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// What happened to a hosted session, as [`SessionHost::events`] reports it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum HostEvent {
+    /// The session is owned, its rig open, the work started.
+    Acquired {
+        /// The session.
+        session: Uuid,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// The session was given up and its rig shut down; `result` says whether every delete of
+    /// the shutdown was confirmed (else they go on in the background, in order).
+    GaveUp {
+        /// The session.
+        session: Uuid,
+        /// The epoch it was owned at.
+        epoch: Epoch,
+        /// Why.
+        why: GiveUp,
+        /// The shutdown's outcome.
+        result: Result<(), Arc<RigError>>,
+    },
+    /// The session was acquired but its rig could not be opened; it is tried again after
+    /// [`HostOptions::retry_pause`].
+    OpenFailed {
+        /// The session.
+        session: Uuid,
+        /// Why.
+        error: Arc<RigError>,
+    },
+}
+
+/// Keeps sessions owned and worked on; see the [module docs](self).
+///
+/// Dropping the host stops its tasks in the background (each session shut down in order);
+/// [`shutdown`](Self::shutdown) does the same and waits for it.
+pub struct SessionHost {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SessionHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHost")
+            .field("node", &self.inner.store.node())
+            .field("held", &self.held_count())
+            .field("cap", &*self.inner.cap.borrow())
+            .finish()
+    }
+}
+
+struct Inner {
+    store: Arc<Store>,
+    options: HostOptions,
+    work: Work,
+    /// The wanted sessions, each with the token that stops its task.
+    wanted: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// The owned sessions, each with the token that sheds it.
+    owned: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// Sessions held, acquiring or standing by with a slot: what the cap bounds.
+    slots: AtomicUsize,
+    /// The most sessions this host may hold now.
+    cap: watch::Sender<usize>,
+    /// Bumped whenever a slot frees up.
+    freed: watch::Sender<()>,
+    events: broadcast::Sender<HostEvent>,
+    host_key: String,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SessionHost {
+    /// Starts hosting `sessions` on `store`, running `work` for each session it owns.
+    pub fn start<F, Fut>(
+        store: Arc<Store>,
+        options: HostOptions,
+        sessions: impl IntoIterator<Item = Uuid>,
+        work: F,
+    ) -> Self
+    where
+        F: Fn(Arc<Rig>, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let host_key = store.namespace().host_key(store.shared().id);
+        let inner = Arc::new(Inner {
+            store,
+            options,
+            work: Arc::new(move |rig, token| work(rig, token).boxed()),
+            wanted: Mutex::new(HashMap::new()),
+            owned: Mutex::new(HashMap::new()),
+            slots: AtomicUsize::new(0),
+            // Nothing is taken before the first count of live hosts.
+            cap: watch::Sender::new(0),
+            freed: watch::Sender::new(()),
+            events: broadcast::Sender::new(1024),
+            host_key,
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        inner.tasks.spawn(balance(inner.clone()));
+        let host = Self { inner };
+        for session in sessions {
+            host.add(session);
+        }
+        host
+    }
+
+    /// Hosts `session` too (nothing happens if it is hosted already).
+    pub fn add(&self, session: Uuid) {
+        let inner = &self.inner;
+        if inner.shutdown.is_cancelled() {
+            return;
+        }
+        let mut wanted = lock(&inner.wanted);
+        if wanted.contains_key(&session) {
+            return;
+        }
+        let stop = inner.shutdown.child_token();
+        wanted.insert(session, stop.clone());
+        inner
+            .tasks
+            .spawn(host_session(inner.clone(), session, stop));
+    }
+
+    /// Stops hosting `session`: if it is owned, its rig is shut down in order.
+    pub fn remove(&self, session: Uuid) {
+        if let Some(stop) = lock(&self.inner.wanted).remove(&session) {
+            stop.cancel();
+        }
+    }
+
+    /// The sessions this host owns now.
+    pub fn held(&self) -> Vec<Uuid> {
+        lock(&self.inner.owned).keys().copied().collect()
+    }
+
+    /// The number of sessions this host owns now.
+    pub fn held_count(&self) -> usize {
+        lock(&self.inner.owned).len()
+    }
+
+    /// The most sessions this host may hold now (its share).
+    pub fn cap(&self) -> usize {
+        *self.inner.cap.borrow()
+    }
+
+    /// What happens to the hosted sessions, from now on.
+    pub fn events(&self) -> broadcast::Receiver<HostEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Stops hosting: the host's key is deleted (so others take its share at once), then every
+    /// owned session is shut down in order. Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+impl Drop for SessionHost {
+    fn drop(&mut self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+    }
+}
+
+impl Inner {
+    fn emit(&self, event: HostEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Takes a slot if the cap allows.
+    fn reserve(&self) -> bool {
+        let cap = *self.cap.borrow();
+        self.slots
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < cap).then_some(held + 1)
+            })
+            .is_ok()
+    }
+
+    fn unreserve(&self) {
+        self.slots.fetch_sub(1, Ordering::AcqRel);
+        self.freed.send_replace(());
+    }
+
+    /// Writes this host's key, attached to the current node lease.
+    async fn register(&self) -> bool {
+        let shared = self.store.shared();
+        let Some(node) = shared.current_node().filter(|node| node.is_valid()) else {
+            return false;
+        };
+        let txn = Txn::new().and_then([TxnOp::put(
+            self.host_key.as_str(),
+            self.store.node(),
+            Some(PutOptions::new().with_lease(node.id)),
+        )]);
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "host key",
+            &txn,
+            None,
+            || node.is_valid(),
+            &self.shutdown,
+        )
+        .await;
+        matches!(written, Written::Replied(_))
+    }
+
+    async fn live_hosts(&self) -> Option<usize> {
+        let prefix = self.store.namespace().hosts_prefix();
+        let options = GetOptions::new()
+            .with_range(prefix_end(&prefix))
+            .with_count_only();
+        let read = self.store.connection().read("count hosts", |mut client, _| {
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { client.get(prefix, Some(options)).await }
+        });
+        let count = tokio::select! {
+            count = read => count.ok()?.count(),
+            _ = self.shutdown.cancelled() => return None,
+        };
+        usize::try_from(count).ok()
+    }
+
+    /// Sheds owned sessions until at most `cap` are held.
+    fn shed_to(&self, cap: usize) {
+        let owned = lock(&self.owned);
+        let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
+        for shed in owned.values().filter(|t| !t.is_cancelled()).take(excess) {
+            shed.cancel();
+        }
+    }
+}
+
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. On shutdown,
+/// deletes the host's key first, so the other hosts take its share at once.
+async fn balance(inner: Arc<Inner>) {
+    let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
+    let mut registered_on = None;
+    loop {
+        let node = inner.store.node_lease_id();
+        if node.is_some() && registered_on != node && inner.register().await {
+            registered_on = node;
+        }
+        if let Some(live) = inner.live_hosts().await {
+            let wanted = lock(&inner.wanted).len();
+            let share = wanted.div_ceil(live.max(1));
+            let cap = inner.options.max_sessions.map_or(share, |max| share.min(max));
+            if inner.cap.send_if_modified(|current| std::mem::replace(current, cap) != cap) {
+                tracing::debug!(node = inner.store.node(), live, wanted, cap, "session host share");
+            }
+            inner.shed_to(cap);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = inner.shutdown.cancelled() => break,
+        }
+    }
+    // Leaving: hand the share over.
+    inner.cap.send_replace(0);
+    let shared = inner.store.shared();
+    let delete = Txn::new().and_then([TxnOp::delete(inner.host_key.as_str(), None)]);
+    let deadline = tokio::time::Instant::now() + shared.write.attempt_timeout * 3;
+    let _ = write::send(
+        &shared.connection,
+        &shared.write,
+        "host key",
+        &delete,
+        None,
+        || tokio::time::Instant::now() < deadline,
+        &CancellationToken::new(),
+    )
+    .await;
+}
+
+/// One session's task: see the module docs.
+async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken) {
+    let standby = inner.store.standby(session);
+    let mut freed = inner.freed.subscribe();
+    let mut cap = inner.cap.subscribe();
+    loop {
+        // --- 1. a free slot
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            freed.borrow_and_update();
+            cap.borrow_and_update();
+            if inner.reserve() {
+                break;
+            }
+            tokio::select! {
+                _ = freed.changed() => {}
+                _ = cap.changed() => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+        // --- 2. acquire, or stand by
+        let acquired = tokio::select! {
+            acquired = inner.store.acquire_lease(session) => acquired,
+            _ = stop.cancelled() => {
+                inner.unreserve();
+                return;
+            }
+        };
+        let lease = match acquired {
+            Ok(lease) => lease,
+            Err(error) if error.is_transient() => {
+                inner.unreserve();
+                tokio::select! {
+                    _ = standby.notified() => {}
+                    _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+            Err(error) => {
+                inner.unreserve();
+                tracing::warn!(%session, %error, "session host cannot acquire");
+                if inner.store.shared().shutdown.is_cancelled() {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+        };
+        // --- 3. and 4. open, work, give up in order
+        let workspace = (inner.options.workspace)(session);
+        match Rig::with_lease(&inner.store, lease, &workspace).await {
+            Ok(rig) => run(&inner, Arc::new(rig), &stop).await,
+            Err(error) => {
+                inner.emit(HostEvent::OpenFailed {
+                    session,
+                    error: Arc::new(error),
+                });
+                inner.unreserve();
+                tokio::select! {
+                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+        }
+        inner.unreserve();
+    }
+}
+
+/// Runs the user's work on an owned session until it must be given up, then shuts the rig down
+/// in order.
+async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
+    let (session, epoch) = (rig.session_id(), rig.epoch());
+    let shed = CancellationToken::new();
+    lock(&inner.owned).insert(session, shed.clone());
+    inner.emit(HostEvent::Acquired { session, epoch });
+    let token = CancellationToken::new();
+    let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));
+    let why = tokio::select! {
+        reason = rig.lost() => GiveUp::Lost(reason),
+        () = rig.journal().broken() => GiveUp::JournalBroken,
+        _ = shed.cancelled() => GiveUp::Shed,
+        _ = stop.cancelled() => GiveUp::Stopped,
+        _ = &mut work => GiveUp::WorkDone,
+    };
+    token.cancel();
+    if !work.is_finished()
+        && tokio::time::timeout(inner.options.stop_grace, &mut work)
+            .await
+            .is_err()
+    {
+        tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
+        work.abort();
+    }
+    let result = rig.shutdown().await.map_err(Arc::new);
+    lock(&inner.owned).remove(&session);
+    tracing::info!(%session, %epoch, %why, "session given up");
+    inner.emit(HostEvent::GaveUp {
+        session,
+        epoch,
+        why,
+        result,
+    });
+}
