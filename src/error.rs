@@ -226,9 +226,7 @@ pub enum StoreError {
     Namespace(#[from] InvalidNamespaceError),
     /// The TTL is below etcd's minimum of 2 s, above its maximum of 9,000,000,000 s, or not
     /// a whole number of seconds. Permanent.
-    #[error(
-        "node lease TTL {ttl:?} is invalid: etcd takes whole seconds, from 2 to 9000000000"
-    )]
+    #[error("node lease TTL {ttl:?} is invalid: etcd takes whole seconds, from 2 to 9000000000")]
     InvalidTtl {
         /// The TTL asked for.
         ttl: Duration,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// What the proxy does to traffic; see [`FaultProxy`].
@@ -49,11 +49,18 @@ enum Direction {
 /// connection that dropped anything. [`cut`](FaultProxy::cut) closes the open connections once
 /// and lets new ones through: a blip.
 ///
+/// One fault aims at single requests rather than the whole link:
+/// [`reject_requests_containing`](FaultProxy::reject_requests_containing) closes the
+/// connection that carries a request with given bytes (a key, say) before forwarding it. etcd
+/// never sees that request, the client sees its connection lost (an unknown outcome), and every
+/// other request goes through: e.g. one key's deletes fail while the rest of the node works.
+///
 /// The proxy stops, closing every connection, when dropped.
 pub struct FaultProxy {
     local: SocketAddr,
     upstream: String,
     mode: watch::Sender<ProxyMode>,
+    filter: watch::Sender<Option<Vec<u8>>>,
     connections: Arc<Mutex<JoinSet<()>>>,
     accept: JoinHandle<()>,
 }
@@ -78,17 +85,20 @@ impl FaultProxy {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let local = listener.local_addr()?;
         let (mode, _) = watch::channel(ProxyMode::Pass);
+        let (filter, _) = watch::channel(None);
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         let accept = tokio::spawn(accept_loop(
             listener,
             upstream.clone(),
             mode.clone(),
+            filter.clone(),
             connections.clone(),
         ));
         Ok(Self {
             local,
             upstream,
             mode,
+            filter,
             connections,
             accept,
         })
@@ -130,6 +140,20 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Pass);
     }
 
+    /// From now on, closes the connection of any request whose bytes contain `pattern`
+    /// (e.g. a key), before forwarding it. An empty pattern matches nothing.
+    pub fn reject_requests_containing(&self, pattern: impl Into<Vec<u8>>) {
+        let pattern = pattern.into();
+        tracing::debug!(proxy = %self.local, pattern = %String::from_utf8_lossy(&pattern), "fault proxy request filter");
+        self.filter
+            .send_replace(Some(pattern).filter(|p| !p.is_empty()));
+    }
+
+    /// Lets every request through again.
+    pub fn clear_request_filter(&self) {
+        self.filter.send_replace(None);
+    }
+
     /// Closes every open connection once; new connections are proxied as the mode says.
     pub fn cut(&self) {
         self.connections.lock().expect("not poisoned").abort_all();
@@ -156,6 +180,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: String,
     mode: watch::Sender<ProxyMode>,
+    filter: watch::Sender<Option<Vec<u8>>>,
     connections: Arc<Mutex<JoinSet<()>>>,
 ) {
     loop {
@@ -168,7 +193,12 @@ async fn accept_loop(
         }
         let mut connections = connections.lock().expect("not poisoned");
         while connections.try_join_next().is_some() {}
-        connections.spawn(proxy_connection(client, upstream.clone(), mode.subscribe()));
+        connections.spawn(proxy_connection(
+            client,
+            upstream.clone(),
+            mode.subscribe(),
+            filter.subscribe(),
+        ));
     }
 }
 
@@ -176,6 +206,7 @@ async fn proxy_connection(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<ProxyMode>,
+    filter: watch::Receiver<Option<Vec<u8>>>,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
@@ -185,11 +216,13 @@ async fn proxy_connection(
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let tainted = Arc::new(AtomicBool::new(false));
+    let kill = Notify::new();
     let requests = pump(
         client_read,
         server_write,
         Direction::Request,
         mode.clone(),
+        Some((filter, &kill)),
         tainted.clone(),
     );
     let replies = pump(
@@ -197,12 +230,18 @@ async fn proxy_connection(
         client_write,
         Direction::Reply,
         mode.clone(),
+        None,
         tainted.clone(),
     );
     let supervise = async {
         // A connection that lost bytes is closed as soon as the mode stops dropping them.
         loop {
-            if mode.changed().await.is_err() {
+            let changed = tokio::select! {
+                changed = mode.changed() => changed,
+                // A filtered request: close the connection without forwarding it.
+                _ = kill.notified() => return,
+            };
+            if changed.is_err() {
                 return;
             }
             let now = *mode.borrow_and_update();
@@ -220,15 +259,19 @@ async fn proxy_connection(
     }
 }
 
-/// Moves bytes one way as the mode allows, until either side closes.
+/// Moves bytes one way as the mode allows, until either side closes. Requests are checked
+/// against the filter, if one is given: a match notifies `kill` instead of being forwarded.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     direction: Direction,
     mut mode: watch::Receiver<ProxyMode>,
+    filter: Option<(watch::Receiver<Option<Vec<u8>>>, &Notify)>,
     tainted: Arc<AtomicBool>,
 ) {
     let mut buffer = vec![0u8; 16 * 1024];
+    // The last bytes forwarded, so that a pattern split across two reads is still found.
+    let mut carry: Vec<u8> = Vec::new();
     loop {
         // Read only while bytes may move; a blackhole holds them in the kernel's buffers.
         if !wait_while_blackholed(&mut mode).await {
@@ -253,6 +296,21 @@ async fn pump(
         if direction == Direction::Reply && *mode.borrow() == ProxyMode::DropReplies {
             tainted.store(true, Ordering::SeqCst);
             continue;
+        }
+        if let Some((filter, kill)) = &filter {
+            let pattern = filter.borrow().clone();
+            if let Some(pattern) = pattern {
+                carry.extend_from_slice(&buffer[..n]);
+                if carry
+                    .windows(pattern.len())
+                    .any(|w| w == pattern.as_slice())
+                {
+                    kill.notify_one();
+                    return;
+                }
+                let keep = carry.len().min(pattern.len() - 1);
+                carry.drain(..carry.len() - keep);
+            }
         }
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
@@ -397,6 +455,43 @@ mod tests {
         let mut healed = TcpStream::connect(proxy.local).await.unwrap();
         healed.write_all(b"y").await.unwrap();
         assert_eq!(read_some(&mut healed, LONG).await.unwrap(), b"y");
+    }
+
+    #[tokio::test]
+    async fn a_filtered_request_closes_its_connection_unforwarded() {
+        let (server, mut received) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        proxy.reject_requests_containing("secret-key");
+        let mut client = TcpStream::connect(proxy.local).await.unwrap();
+        client.write_all(b"harmless").await.unwrap();
+        assert_eq!(read_some(&mut client, LONG).await.unwrap(), b"harmless");
+        received.recv().await.unwrap();
+        // Split across two writes: still found.
+        client.write_all(b"put secret-").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(b"key now").await.unwrap();
+        let mut echoed = Vec::new();
+        loop {
+            let chunk = read_some(&mut client, LONG).await.unwrap();
+            if chunk.is_empty() {
+                break;
+            }
+            echoed.extend(chunk);
+        }
+        assert_eq!(
+            echoed, b"put secret-",
+            "only the bytes before the match went through"
+        );
+        assert_eq!(received.recv().await.unwrap(), b"put secret-");
+        assert!(
+            received.try_recv().is_err(),
+            "the matching bytes never arrived"
+        );
+
+        proxy.clear_request_filter();
+        let mut fresh = TcpStream::connect(proxy.local).await.unwrap();
+        fresh.write_all(b"secret-key").await.unwrap();
+        assert_eq!(read_some(&mut fresh, LONG).await.unwrap(), b"secret-key");
     }
 
     #[tokio::test]

@@ -21,8 +21,9 @@
 //!
 //! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, so the live hosts
 //! are visible to all and a dead host's key goes with its lease. Every tick (TTL/3, at most
-//! 1 s) a host counts them and holds at most ⌈wanted sessions / live hosts⌉ sessions (and at
-//! most [`HostOptions::max_sessions`]). A host over its cap sheds the difference, in order, so
+//! 1 s) a host lists them and holds at most its share: ⌊wanted / live hosts⌋, one more for the
+//! first `wanted mod live hosts` hosts in key order (so the shares add up to the sessions and
+//! differ by at most one), and at most [`HostOptions::max_sessions`]. A host over its cap sheds the difference, in order, so
 //! a host that joins gets its share without anyone restarting, and a host that leaves (its key
 //! is deleted first) hands its sessions over at once. Acquisitions and standbys count against
 //! the cap too, so a host at its cap does not take a session that another host just shed.
@@ -38,7 +39,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -113,7 +114,10 @@ impl HostOptions {
 
     /// Names each session's workspace root (default `ws-{session}`). The id must be valid for
     /// [`Rig::open`].
-    pub fn with_workspace(mut self, workspace: impl Fn(Uuid) -> String + Send + Sync + 'static) -> Self {
+    pub fn with_workspace(
+        mut self,
+        workspace: impl Fn(Uuid) -> String + Send + Sync + 'static,
+    ) -> Self {
         self.workspace = Arc::new(workspace);
         self
     }
@@ -212,14 +216,21 @@ struct Inner {
     cap: watch::Sender<usize>,
     /// Bumped whenever a slot frees up.
     freed: watch::Sender<()>,
+    /// Asks the balance loop to count the live hosts now (a session was freed while this
+    /// host had no slot for it: maybe a host left).
+    recount: Notify,
     events: broadcast::Sender<HostEvent>,
     host_key: String,
+    /// Cancelled when the host starts leaving: the balance loop stops.
+    leaving: CancellationToken,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl SessionHost {
@@ -245,8 +256,10 @@ impl SessionHost {
             // Nothing is taken before the first count of live hosts.
             cap: watch::Sender::new(0),
             freed: watch::Sender::new(()),
+            recount: Notify::new(),
             events: broadcast::Sender::new(1024),
             host_key,
+            leaving: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -305,6 +318,10 @@ impl SessionHost {
     /// Stops hosting: the host's key is deleted (so others take its share at once), then every
     /// owned session is shut down in order. Idempotent.
     pub async fn shutdown(&self) {
+        if !self.inner.leaving.is_cancelled() {
+            self.inner.leaving.cancel();
+            self.inner.leave().await;
+        }
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
@@ -313,6 +330,7 @@ impl SessionHost {
 
 impl Drop for SessionHost {
     fn drop(&mut self) {
+        self.inner.leaving.cancel();
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
     }
@@ -362,20 +380,21 @@ impl Inner {
         matches!(written, Written::Replied(_))
     }
 
-    async fn live_hosts(&self) -> Option<usize> {
+    /// The live hosts' keys, sorted, at one revision.
+    async fn live_hosts(&self) -> Option<Vec<Vec<u8>>> {
         let prefix = self.store.namespace().hosts_prefix();
         let options = GetOptions::new()
             .with_range(prefix_end(&prefix))
-            .with_count_only();
-        let read = self.store.connection().read("count hosts", |mut client, _| {
+            .with_keys_only();
+        let read = self.store.connection().read("list hosts", |mut client, _| {
             let (prefix, options) = (prefix.clone(), options.clone());
             async move { client.get(prefix, Some(options)).await }
         });
-        let count = tokio::select! {
-            count = read => count.ok()?.count(),
+        let response = tokio::select! {
+            response = read => response.ok()?,
             _ = self.shutdown.cancelled() => return None,
         };
-        usize::try_from(count).ok()
+        Some(response.kvs().iter().map(|kv| kv.key().to_vec()).collect())
     }
 
     /// Sheds owned sessions until at most `cap` are held.
@@ -388,8 +407,8 @@ impl Inner {
     }
 }
 
-/// Keeps this host's key alive and its cap current; sheds what is over the cap. On shutdown,
-/// deletes the host's key first, so the other hosts take its share at once.
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. Ends when the
+/// host starts leaving.
 async fn balance(inner: Arc<Inner>) {
     let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
     let mut registered_on = None;
@@ -398,35 +417,66 @@ async fn balance(inner: Arc<Inner>) {
         if node.is_some() && registered_on != node && inner.register().await {
             registered_on = node;
         }
-        if let Some(live) = inner.live_hosts().await {
+        if let Some(hosts) = inner.live_hosts().await {
             let wanted = lock(&inner.wanted).len();
-            let share = wanted.div_ceil(live.max(1));
-            let cap = inner.options.max_sessions.map_or(share, |max| share.min(max));
-            if inner.cap.send_if_modified(|current| std::mem::replace(current, cap) != cap) {
-                tracing::debug!(node = inner.store.node(), live, wanted, cap, "session host share");
+            let share = share(wanted, &hosts, inner.host_key.as_bytes());
+            let cap = inner
+                .options
+                .max_sessions
+                .map_or(share, |max| share.min(max));
+            let live = hosts.len();
+            if inner
+                .cap
+                .send_if_modified(|current| std::mem::replace(current, cap) != cap)
+            {
+                tracing::debug!(
+                    node = inner.store.node(),
+                    live,
+                    wanted,
+                    cap,
+                    "session host share"
+                );
             }
             inner.shed_to(cap);
         }
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
-            _ = inner.shutdown.cancelled() => break,
+            _ = inner.recount.notified() => {}
+            _ = inner.leaving.cancelled() => return,
         }
     }
-    // Leaving: hand the share over.
-    inner.cap.send_replace(0);
-    let shared = inner.store.shared();
-    let delete = Txn::new().and_then([TxnOp::delete(inner.host_key.as_str(), None)]);
-    let deadline = tokio::time::Instant::now() + shared.write.attempt_timeout * 3;
-    let _ = write::send(
-        &shared.connection,
-        &shared.write,
-        "host key",
-        &delete,
-        None,
-        || tokio::time::Instant::now() < deadline,
-        &CancellationToken::new(),
-    )
-    .await;
+}
+
+impl Inner {
+    /// Hands this host's share over: takes no more sessions and deletes the host's key, so
+    /// the other hosts' shares grow before this host's sessions are released.
+    async fn leave(&self) {
+        self.cap.send_replace(0);
+        let shared = self.store.shared();
+        let delete = Txn::new().and_then([TxnOp::delete(self.host_key.as_str(), None)]);
+        let until = tokio::time::Instant::now() + shared.write.attempt_timeout * 3;
+        let _ = write::send(
+            &shared.connection,
+            &shared.write,
+            "host key",
+            &delete,
+            None,
+            || tokio::time::Instant::now() < until,
+            &shared.shutdown,
+        )
+        .await;
+    }
+}
+
+/// This host's share of `wanted` sessions among the live `hosts` (sorted keys): ⌊wanted /
+/// hosts⌋, one more for the first `wanted mod hosts` of them, so that the shares add up to
+/// exactly `wanted` and differ by at most one. A host whose key is not (yet) among them counts
+/// itself last.
+fn share(wanted: usize, hosts: &[Vec<u8>], own: &[u8]) -> usize {
+    let rank = hosts.iter().position(|key| key == own);
+    let live = hosts.len() + usize::from(rank.is_none());
+    let rank = rank.unwrap_or(hosts.len());
+    wanted / live + usize::from(rank < wanted % live)
 }
 
 /// One session's task: see the module docs.
@@ -448,6 +498,8 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
             tokio::select! {
                 _ = freed.changed() => {}
                 _ = cap.changed() => {}
+                // Freed while this host is full: maybe a host left; count again now.
+                _ = standby.notified() => inner.recount.notify_one(),
                 _ = stop.cancelled() => return,
             }
         }
@@ -538,4 +590,27 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
         why,
         result,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_add_up_and_differ_by_at_most_one() {
+        for wanted in 0..40 {
+            for live in 1..7usize {
+                let hosts: Vec<Vec<u8>> = (0..live).map(|i| vec![i as u8]).collect();
+                let shares: Vec<usize> =
+                    hosts.iter().map(|own| share(wanted, &hosts, own)).collect();
+                assert_eq!(shares.iter().sum::<usize>(), wanted, "{wanted} over {live}");
+                let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+                assert!(max - min <= 1, "{wanted} over {live}: {shares:?}");
+            }
+        }
+        // Not yet listed: counts itself last.
+        assert_eq!(share(30, &[vec![1], vec![2]], &[3]), 10);
+        assert_eq!(share(31, &[vec![1], vec![2]], &[3]), 10);
+        assert_eq!(share(5, &[], &[3]), 5);
+    }
 }

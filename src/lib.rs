@@ -65,9 +65,9 @@ pub mod keys;
 pub mod lease;
 pub mod rig;
 pub mod store;
-mod write;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod write;
 
 pub use connection::{
     ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
@@ -77,13 +77,14 @@ pub use error::{
     LeaseHeldError, LeaseLostError, NilLeaseError, OpenJournalError, ReleaseError, ReplayError,
     StoreError,
 };
+pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
 pub use journal::{
     Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions, Tip,
 };
-pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
 pub use rig::{GcView, Rig};
 pub use store::{Store, StoreOptions};
-pub use write::WritePolicy;
+pub use tokio_util::sync::CancellationToken;
 pub use uuid::Uuid;
+pub use write::WritePolicy;

@@ -36,7 +36,7 @@ pub struct WritePolicy {
     /// The pause after the first failed attempt; it doubles (with jitter) after each. Default
     /// 20 ms.
     pub initial_backoff: Duration,
-    /// The longest pause between attempts. Default 500 ms.
+    /// The longest pause between attempts. Default 250 ms.
     pub max_backoff: Duration,
 }
 
@@ -45,7 +45,7 @@ impl Default for WritePolicy {
         Self {
             attempt_timeout: Duration::from_secs(1),
             initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_millis(250),
         }
     }
 }
@@ -294,10 +294,7 @@ mod tests {
         for sends in SENDS {
             for attempt in ATTEMPTS {
                 for go_on in [true, false] {
-                    assert_eq!(
-                        next(sends, attempt, go_on),
-                        expected(sends, attempt, go_on)
-                    );
+                    assert_eq!(next(sends, attempt, go_on), expected(sends, attempt, go_on));
                 }
             }
         }

@@ -44,6 +44,29 @@ fn bad_values_exit_2_with_one_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("TTL 1s is invalid"), "{stderr}");
 
+    // Absurd numbers: typed errors, never a panic.
+    for (flag, value, says) in [
+        ("--ttl", "18446744073709551615", "is invalid"),
+        ("--ttl", "9000000001", "is invalid"),
+        ("--margin", "1e20", "invalid margin"),
+        ("--margin", "-1", "invalid margin"),
+        ("--margin", "NaN", "invalid margin"),
+        ("--margin", "100", "leaves no room to renew"),
+    ] {
+        let (code, stderr, _) = leasehold(&[
+            "node",
+            "--sessions",
+            "3",
+            &format!("{flag}={value}"),
+            "--endpoints",
+            "http://127.0.0.1:9",
+        ]);
+        assert_eq!(code, 2, "{flag} {value}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{flag} {value}: {stderr}");
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+
     // An unreachable endpoint: bounded by the connect timeout.
     for command in ["status", "node"] {
         let mut args = vec![

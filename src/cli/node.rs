@@ -145,7 +145,10 @@ async fn print_events(
     loop {
         match events.recv().await {
             Ok(HostEvent::Acquired { session, epoch }) => {
-                timeline.say(&name, format_args!("acquired session={session} epoch={epoch}"));
+                timeline.say(
+                    &name,
+                    format_args!("acquired session={session} epoch={epoch}"),
+                );
             }
             Ok(HostEvent::GaveUp {
                 session,
@@ -155,16 +158,24 @@ async fn print_events(
             }) => {
                 match why {
                     GiveUp::Lost(reason) => {
-                        timeline.say(&name, format_args!("lost session={session} reason={reason}"));
+                        timeline.say(
+                            &name,
+                            format_args!("lost session={session} reason={reason}"),
+                        );
                     }
                     GiveUp::Stopped | GiveUp::Shed => {}
-                    other => timeline.say(&name, format_args!("gave up session={session} why={other}")),
+                    other => {
+                        timeline.say(&name, format_args!("gave up session={session} why={other}"))
+                    }
                 }
                 match result {
                     Ok(()) => timeline.say(&name, format_args!("released session={session}")),
                     Err(error) => timeline.say(
                         &name,
-                        format_args!("release session={session} deferred: {}", super::chain(&*error)),
+                        format_args!(
+                            "release session={session} deferred: {}",
+                            super::chain(&*error)
+                        ),
                     ),
                 }
             }
@@ -192,10 +203,17 @@ async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, name: String, timelin
             _ = stop.cancelled() => return,
         }
         beats += 1;
-        if let Err(error) = rig.journal().append(format!("heartbeat {name} {beats}")).await {
+        if let Err(error) = rig
+            .journal()
+            .append(format!("heartbeat {name} {beats}"))
+            .await
+        {
             timeline.say(
                 &name,
-                format_args!("heartbeat session={session} failed: {}", super::chain(&error)),
+                format_args!(
+                    "heartbeat session={session} failed: {}",
+                    super::chain(&error)
+                ),
             );
         }
     }

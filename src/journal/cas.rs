@@ -181,8 +181,11 @@ impl AppendTxn {
 
 /// The first key-value of each get in a transaction's reply, in order.
 pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyValue>> + '_ {
-    response.op_responses().into_iter().filter_map(|op| match op {
-        TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
-        _ => None,
-    })
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        })
 }

@@ -56,12 +56,7 @@ pub(crate) async fn open(
         ),
         None => (None, 0),
     };
-    let seq = match previous {
-        None => 1,
-        // The fence and at least one record after it must fit below u64::MAX.
-        Some(tip) if tip.seq.checked_add(2).is_some() => tip.seq + 1,
-        Some(tip) => return Err(OpenJournalError::SequenceExhausted { seq: tip.seq }),
-    };
+    let seq = fence_seq(previous)?;
     let nonce = Uuid::new_v4();
     let fence = AppendTxn::build(
         &context.namespace,
@@ -88,5 +83,60 @@ pub(crate) async fn open(
         Sent::Fenced => Err(fenced()),
         Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
         Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
+    }
+}
+
+/// The fence's sequence number after `previous`: the fence and at least one record after it
+/// must fit in a u64.
+fn fence_seq(previous: Option<Tip>) -> Result<u64, OpenJournalError> {
+    match previous {
+        None => Ok(1),
+        Some(tip) if tip.seq.checked_add(2).is_some() => Ok(tip.seq + 1),
+        Some(tip) => Err(OpenJournalError::SequenceExhausted { seq: tip.seq }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::decode_tip;
+    use crate::lease::Epoch;
+
+    proptest::proptest! {
+        /// Any tip bytes: a typed error or a fence sequence number, never a panic.
+        #[test]
+        fn any_tip_yields_a_fence_or_a_typed_error(
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            seq in proptest::prelude::any::<u64>(),
+        ) {
+            if let Ok(tip) = decode_tip(b"tip", &value) {
+                let _ = fence_seq(Some(tip));
+            }
+            let tip = Tip { seq, epoch: Epoch(seq), nonce: Uuid::nil() };
+            match fence_seq(Some(tip)) {
+                Ok(fence) => proptest::prop_assert_eq!(fence, seq + 1),
+                Err(error) => {
+                    let exhausted = matches!(error, OpenJournalError::SequenceExhausted { .. });
+                    proptest::prop_assert!(exhausted && seq >= u64::MAX - 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tip_at_the_end_of_the_sequence_is_a_typed_error() {
+        let tip = |seq| {
+            Some(Tip {
+                seq,
+                epoch: Epoch(1),
+                nonce: Uuid::nil(),
+            })
+        };
+        assert_eq!(fence_seq(None).unwrap(), 1);
+        assert_eq!(fence_seq(tip(u64::MAX - 2)).unwrap(), u64::MAX - 1);
+        assert!(matches!(
+            fence_seq(tip(u64::MAX)),
+            Err(OpenJournalError::SequenceExhausted { seq: u64::MAX })
+        ));
     }
 }

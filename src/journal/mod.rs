@@ -80,12 +80,12 @@ use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::write::WritePolicy;
-use cas::{AppendTxn, Sent, estimate_size};
 pub(crate) use cas::gets;
+use cas::{AppendTxn, Sent, estimate_size};
 
 pub(crate) use fence::open;
-pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub(crate) use record::encode_tip;
+pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub use replay::Replay;
 
 /// etcd's limits, as the journal checks them before sending.
@@ -357,7 +357,12 @@ impl Journal {
         };
         let context = &self.context;
         let sent = append
-            .send(&context.connection, &context.policy, &self.ownership, &context.stop)
+            .send(
+                &context.connection,
+                &context.policy,
+                &self.ownership,
+                &context.stop,
+            )
             .await;
         in_flight.settled = true;
         writer.condition = Condition::Open;

@@ -348,6 +348,36 @@ mod tests {
         assert!(decode_tip(b"tip", b"\x01short").is_err());
     }
 
+    proptest::proptest! {
+        /// Any bytes under a journal's prefix: a typed result, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128),
+            key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            seq in proptest::prelude::any::<Option<u64>>(),
+        ) {
+            let _ = decode_record(&key, seq, &value);
+            let _ = decode_tip(&key, &value);
+            let _ = seq_of_key(&key);
+        }
+
+        /// Any record or tip round-trips.
+        #[test]
+        fn records_and_tips_round_trip_for_any_values(
+            seq in proptest::prelude::any::<u64>(),
+            epoch in proptest::prelude::any::<u64>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let nonce = Uuid::from_u64_pair(seq, epoch);
+            let event = encode_event(seq, Epoch(epoch), nonce, &payload);
+            let decoded = decode_record(b"k", Some(seq), &event).unwrap();
+            proptest::prop_assert_eq!(decoded.seq(), seq);
+            proptest::prop_assert_eq!(decoded.epoch(), Epoch(epoch));
+            let tip = Tip { seq, epoch: Epoch(epoch), nonce };
+            proptest::prop_assert_eq!(decode_tip(b"k", &encode_tip(&tip)).unwrap(), tip);
+        }
+    }
+
     #[test]
     fn sequence_numbers_come_from_record_keys() {
         assert_eq!(

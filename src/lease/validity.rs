@@ -265,6 +265,32 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any TTL, margin, round trip and reply TTL: no panic, and a reply below the grant
+        /// loses the lease.
+        #[test]
+        fn no_ttl_margin_or_reply_panics(
+            ttl in proptest::prelude::any::<u64>(),
+            margin_nanos in proptest::prelude::any::<u64>(),
+            rtt_nanos in proptest::prelude::any::<u64>(),
+            reply in proptest::prelude::any::<i64>(),
+        ) {
+            let (ttl, margin) = (Duration::from_secs(ttl), Duration::from_nanos(margin_nanos));
+            let _ = check_margin(ttl, margin, Duration::from_nanos(rtt_nanos));
+            let now = Instant::now();
+            let mut validity = Validity::granted(now, ttl, margin);
+            let _ = validity.is_valid_at(now);
+            validity.sent(now);
+            let renewal = validity.replied(reply);
+            if reply <= 0 || reply.unsigned_abs() < ttl.as_secs() {
+                proptest::prop_assert_eq!(renewal, Renewal::Gone);
+            } else {
+                let is_renewed = matches!(renewal, Renewal::Renewed { .. });
+                proptest::prop_assert!(is_renewed);
+            }
+        }
+    }
+
     #[test]
     fn the_margin_must_leave_room_to_renew() {
         let rtt = Duration::from_millis(100);

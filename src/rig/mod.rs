@@ -152,7 +152,11 @@ impl Rig {
             }
         };
         let on_loss = {
-            let (lost, shared, node) = (lease.lost(), lease.store().clone(), lease.state().node.clone());
+            let (lost, shared, node) = (
+                lease.lost(),
+                lease.store().clone(),
+                lease.state().node.clone(),
+            );
             tokio::spawn(async move {
                 lost.await;
                 shared.delete_in_background(vec![root], node);

@@ -71,16 +71,24 @@ impl Delete {
 }
 
 /// Guarded deletes, in order (the next only once the one before is confirmed), of keys
-/// attached to `node`.
+/// attached to `node`. `name` claims the job while it is queued or running: a job of the same
+/// name is not queued again.
 pub(crate) struct Cleanup {
+    pub(crate) name: String,
     pub(crate) deletes: Vec<Delete>,
     pub(crate) node: Arc<NodeLease>,
 }
 
 impl Cleanup {
-    /// The name the job is claimed under while queued or running: its first delete's.
-    pub(crate) fn name(&self) -> String {
-        self.deletes.first().map(Delete::name).unwrap_or_default()
+    /// The name of a job that ends with deleting the owner key written with `nonce`: a
+    /// release, or an orphan's delete. While one runs, no other is queued for that key.
+    pub(crate) fn owner_key_name(nonce: uuid::Uuid) -> String {
+        format!("owner key {nonce}")
+    }
+
+    /// The name of a job that deletes exactly these keys.
+    pub(crate) fn deletes_name(deletes: &[Delete]) -> String {
+        deletes.first().map(Delete::name).unwrap_or_default()
     }
 }
 
@@ -98,7 +106,6 @@ pub(super) async fn run(shared: Arc<StoreShared>, mut jobs: mpsc::UnboundedRecei
 }
 
 async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
-    let name = job.name();
     let alive = || !job.node.is_lost();
     for delete in &job.deletes {
         let written = write::send(
@@ -128,5 +135,5 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
             }
         }
     }
-    shared.end_cleanup(&name);
+    shared.end_cleanup(&job.name);
 }

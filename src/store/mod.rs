@@ -57,15 +57,16 @@ use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, RetryPolicy};
 use crate::error::{
-    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError,
-    StoreError,
+    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, StoreError,
 };
-use crate::journal::{self, Event, Journal, JournalContext, JournalLimits, Record, Replay, ReplayOptions};
+use crate::journal::{
+    self, Event, Journal, JournalContext, JournalLimits, Record, Replay, ReplayOptions,
+};
 use crate::keys::Namespace;
 use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
 use crate::write::{self, WritePolicy, Written};
-pub(crate) use cleanup::Delete;
 use cleanup::Cleanup;
+pub(crate) use cleanup::Delete;
 use owner_value::OwnerValue;
 use registry::{Orphan, Registry};
 
@@ -551,6 +552,10 @@ impl StoreShared {
     /// Releases a lease whose state is already marked released.
     pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
         self.registry().forget(state);
+        if state.node.is_lost() {
+            // The owner key goes with its node lease: revoked, or expiring by itself.
+            return Ok(());
+        }
         match self
             .guarded_delete(&state.owner_key, state.epoch.revision(), &state.node)
             .await
@@ -558,10 +563,11 @@ impl StoreShared {
             Ok(_) => Ok(()),
             Err(error) => {
                 tracing::warn!(session = %state.session, %error, "release deferred to the background");
-                self.delete_in_background(
-                    vec![Delete::created_at(&state.owner_key, state.epoch.revision())],
-                    state.node.clone(),
-                );
+                self.queue_cleanup(Cleanup {
+                    name: Cleanup::owner_key_name(state.nonce),
+                    deletes: vec![Delete::created_at(&state.owner_key, state.epoch.revision())],
+                    node: state.node.clone(),
+                });
                 Err(ReleaseError::Deferred(error))
             }
         }
@@ -573,7 +579,13 @@ impl StoreShared {
         self.registry().forget(state);
         let mut deletes = before;
         deletes.push(Delete::created_at(&state.owner_key, state.epoch.revision()));
-        self.delete_in_background(deletes, state.node.clone());
+        // Named after the owner key: no orphan delete of the same key (after a watch restart
+        // that no longer finds the lease) jumps the order.
+        self.queue_cleanup(Cleanup {
+            name: Cleanup::owner_key_name(state.nonce),
+            deletes,
+            node: state.node.clone(),
+        });
     }
 
     /// Guarded deletes in order, in the background: each is re-sent until confirmed, and the
@@ -583,7 +595,11 @@ impl StoreShared {
     /// queued or running is not queued twice.
     pub(crate) fn delete_in_background(&self, deletes: Vec<Delete>, node: Arc<NodeLease>) {
         if !deletes.is_empty() {
-            self.queue_cleanup(Cleanup { deletes, node });
+            self.queue_cleanup(Cleanup {
+                name: Cleanup::deletes_name(&deletes),
+                deletes,
+                node,
+            });
         }
     }
 
@@ -595,7 +611,6 @@ impl StoreShared {
         let Some(node) = self.current_node() else {
             return;
         };
-        tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
         let value = OwnerValue {
             store: self.id,
             nonce: orphan.nonce,
@@ -603,16 +618,20 @@ impl StoreShared {
         }
         .encode();
         let key = self.namespace.owner_key(orphan.session);
-        self.queue_cleanup(Cleanup {
+        let queued = self.queue_cleanup(Cleanup {
+            name: Cleanup::owner_key_name(orphan.nonce),
             deletes: vec![Delete::holding(key, value)],
             node,
         });
+        if queued {
+            tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
+        }
     }
 
-    fn queue_cleanup(&self, job: Cleanup) {
-        if self.claim_cleanup(job.name()) && self.cleanup.send(job).is_err() {
-            // The store is closing: its node lease's revocation deletes what is left.
-        }
+    /// Queues a cleanup job unless one of its name is queued or running; true if queued.
+    fn queue_cleanup(&self, job: Cleanup) -> bool {
+        // If the store is closing, its node lease's revocation deletes what is left.
+        self.claim_cleanup(job.name.clone()) && self.cleanup.send(job).is_ok()
     }
 
     /// Claims a cleanup job by name; false if one of that name is queued or running.
@@ -634,5 +653,30 @@ impl StoreShared {
     /// Loses every lease of node lease `node_id` (all leases for `None`).
     pub(crate) fn lose_all(&self, node_id: Option<i64>, reason: LossReason) {
         self.registry().lose_all(node_id, reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any TTL and margin: validated into a typed error or accepted, never a panic.
+        #[test]
+        fn any_ttl_and_margin_is_validated_without_panic(
+            secs in proptest::prelude::any::<u64>(),
+            nanos in 0u32..1_000_000_000,
+            margin_secs in proptest::prelude::any::<u64>(),
+        ) {
+            let options = StoreOptions::new(["http://127.0.0.1:2379"]).with_ttl(
+                Duration::new(secs, nanos),
+                Duration::from_secs(margin_secs),
+            );
+            let result = options.validate();
+            if !(2..=MAX_TTL_SECS).contains(&secs) || nanos != 0 {
+                let invalid = matches!(result, Err(StoreError::InvalidTtl { .. }));
+                proptest::prop_assert!(invalid);
+            }
+        }
     }
 }

@@ -173,11 +173,30 @@ impl EtcdCluster {
 
     /// Kills member `i` (SIGKILL, no shutdown); its data survives for [`restart`](Self::restart).
     pub async fn kill(&self, i: usize) -> Result<(), HarnessError> {
+        let options = bollard::query_parameters::KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        let operation = || format!("kill member {i}");
+        self.docker
+            .kill_container(self.members[i].container.id(), Some(options))
+            .await
+            .map_err(|e| HarnessError::container(operation(), e))?;
+        // Wait until Docker reports it gone, so the caller's clock starts at the crash.
+        wait_for(&operation(), Duration::from_secs(10), || async {
+            let running = self.members[i].container.is_running().await.unwrap_or(true);
+            (!running).then_some(())
+        })
+        .await
+    }
+
+    /// Stops member `i` gracefully (SIGTERM: a leader hands leadership over first, then the
+    /// member exits). [`restart`](Self::restart) brings it back.
+    pub async fn stop(&self, i: usize) -> Result<(), HarnessError> {
         self.members[i]
             .container
-            .stop_with_timeout(Some(0))
+            .stop_with_timeout(Some(10))
             .await
-            .map_err(|e| HarnessError::container(format!("kill member {i}"), e))
+            .map_err(|e| HarnessError::container(format!("stop member {i}"), e))
     }
 
     /// Starts member `i` again after [`kill`](Self::kill) and waits until it serves.
