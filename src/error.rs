@@ -527,6 +527,22 @@ mod tests {
     }
 
     #[test]
+    fn an_acquisition_whose_outcome_is_unknown_is_stood_by_whatever_its_error() {
+        let error = |status| EtcdError::new("acquire", "e", etcd_client::Error::GRpcStatus(status));
+        let permanent = error(tonic::Status::permission_denied("no"));
+        assert_eq!(permanent.class(), FailureClass::Permanent);
+        // An unknown outcome may have committed: retrying (standing by) is always right.
+        assert!(AcquireError::OutcomeUnknown(permanent).is_transient());
+        assert!(!AcquireError::Etcd(error(tonic::Status::permission_denied("no"))).is_transient());
+        assert!(
+            AcquireError::Etcd(error(tonic::Status::unavailable("etcdserver: no leader")))
+                .is_transient()
+        );
+        assert!(AcquireError::Lost(crate::LossReason::Overtaken).is_transient());
+        assert!(!AcquireError::StoreClosed.is_transient());
+    }
+
+    #[test]
     fn a_refused_connection_is_not_sent() {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let status = tonic::Status::from_error(Box::new(refused));

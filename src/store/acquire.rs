@@ -67,6 +67,19 @@ impl Drop for Acquiring<'_> {
     }
 }
 
+/// Whether an acquired lease may be handed out: never one that was lost while it was being
+/// registered (the watch saw its key deleted or overtaken, or its node lease was lost).
+fn hand_out(loss: Option<LossReason>) -> Result<(), AcquireError> {
+    match loss {
+        None => Ok(()),
+        Some(LossReason::StoreClosed) => Err(AcquireError::StoreClosed),
+        Some(LossReason::Expired | LossReason::KeepaliveFailed) => {
+            Err(AcquireError::NodeLeaseInvalid)
+        }
+        Some(reason) => Err(AcquireError::Lost(reason)),
+    }
+}
+
 impl StoreShared {
     pub(super) async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
         let node = self
@@ -115,17 +128,9 @@ impl StoreShared {
         };
         let lease = Lease::new(state, self.clone());
         // Lost while it was being registered: the lease is dropped here, which releases it.
-        match lease.loss_reason() {
-            None => {
-                tracing::debug!(%session, %epoch, "acquired");
-                Ok(lease)
-            }
-            Some(LossReason::StoreClosed) => Err(AcquireError::StoreClosed),
-            Some(LossReason::Expired | LossReason::KeepaliveFailed) => {
-                Err(AcquireError::NodeLeaseInvalid)
-            }
-            Some(reason) => Err(AcquireError::Lost(reason)),
-        }
+        hand_out(lease.loss_reason())?;
+        tracing::debug!(%session, %epoch, "acquired");
+        Ok(lease)
     }
 
     /// Reads what the acquisition came to (see the module docs).
@@ -175,5 +180,31 @@ impl StoreShared {
             session_id: session,
             holder_epoch: epoch,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_lost_while_it_was_registered_is_never_handed_out() {
+        assert!(hand_out(None).is_ok());
+        for reason in [
+            LossReason::Released,
+            LossReason::Revoked,
+            LossReason::Overtaken,
+            LossReason::Expired,
+            LossReason::KeepaliveFailed,
+            LossReason::StoreClosed,
+        ] {
+            let refused = hand_out(Some(reason)).unwrap_err();
+            // A standby goes on standing by, except when the store is closed.
+            assert_eq!(
+                refused.is_transient(),
+                reason != LossReason::StoreClosed,
+                "{reason}: {refused:?}"
+            );
+        }
     }
 }

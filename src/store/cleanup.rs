@@ -92,6 +92,28 @@ impl Cleanup {
     }
 }
 
+/// The names of the cleanup jobs queued or running.
+#[derive(Default)]
+pub(crate) struct Claims(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Claims {
+    /// Claims `name`; false if a job of that name is queued or running.
+    pub(crate) fn claim(&self, name: String) -> bool {
+        self.lock().insert(name)
+    }
+
+    /// Ends the claim of a finished job.
+    pub(crate) fn end(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Runs each job on a task of its own (a slow one must not hold up the others) until the store
 /// shuts down; the node lease's revocation on shutdown deletes whatever is left.
 pub(super) async fn run(shared: Arc<StoreShared>, mut jobs: mpsc::UnboundedReceiver<Cleanup>) {
@@ -136,4 +158,28 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
         }
     }
     shared.end_cleanup(&job.name);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_queued_once_until_it_ends() {
+        let claims = Claims::default();
+        let nonce = uuid::Uuid::new_v4();
+        // A release and an orphan delete of the same owner key share one name: a watch
+        // restart that finds the key again does not queue a second job (nor jump the order).
+        assert!(claims.claim(Cleanup::owner_key_name(nonce)));
+        assert!(!claims.claim(Cleanup::owner_key_name(nonce)));
+        let root = [Delete::created_at("ns/workspaces/w", 7)];
+        assert!(claims.claim(Cleanup::deletes_name(&root)));
+        assert!(!claims.claim(Cleanup::deletes_name(&root)));
+        claims.end(&Cleanup::owner_key_name(nonce));
+        assert!(claims.claim(Cleanup::owner_key_name(nonce)));
+        assert!(claims.claim(Cleanup::deletes_name(&[Delete::created_at(
+            "ns/workspaces/w",
+            8
+        )])));
+    }
 }

@@ -45,7 +45,6 @@ mod owner_value;
 mod owner_watch;
 mod registry;
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -183,7 +182,7 @@ pub(crate) struct StoreShared {
     pub(crate) registry: Mutex<Registry>,
     cleanup: mpsc::UnboundedSender<Cleanup>,
     /// The names of cleanup jobs queued or running, so that none is queued twice.
-    cleanups: Mutex<HashSet<String>>,
+    cleanups: cleanup::Claims,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
 }
@@ -242,7 +241,7 @@ impl Store {
             current: Mutex::new(Some(node.clone())),
             registry: Mutex::new(Registry::default()),
             cleanup,
-            cleanups: Mutex::new(HashSet::new()),
+            cleanups: cleanup::Claims::default(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -631,23 +630,12 @@ impl StoreShared {
     /// Queues a cleanup job unless one of its name is queued or running; true if queued.
     fn queue_cleanup(&self, job: Cleanup) -> bool {
         // If the store is closing, its node lease's revocation deletes what is left.
-        self.claim_cleanup(job.name.clone()) && self.cleanup.send(job).is_ok()
-    }
-
-    /// Claims a cleanup job by name; false if one of that name is queued or running.
-    fn claim_cleanup(&self, name: String) -> bool {
-        self.cleanups
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name)
+        self.cleanups.claim(job.name.clone()) && self.cleanup.send(job).is_ok()
     }
 
     /// Ends the claim of a finished cleanup job.
     pub(crate) fn end_cleanup(&self, name: &str) {
-        self.cleanups
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
+        self.cleanups.end(name);
     }
 
     /// Loses every lease of node lease `node_id` (all leases for `None`).
