@@ -10,15 +10,22 @@
 //!
 //! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease)
 //! else get(owner)`. On success the epoch is the transaction's revision (the key's
-//! `create_revision`); otherwise [`LeaseHeldError`] carries the holder's epoch. The value holds
-//! this store's id and a fresh nonce. An acquisition whose outcome is unknown is resolved by
-//! re-sending the byte-identical transaction: at most one of the two can commit, and a failed
-//! compare reads the key back in the same transaction — our nonce means it was ours. A key of
-//! this store that no handle adopts (an acquisition that gave up while its transaction was
-//! still in flight) is deleted in the background, guarded by its value.
+//! `create_revision`); otherwise [`LeaseHeldError`](crate::LeaseHeldError) carries the holder's
+//! epoch. The value holds this store's id and a fresh nonce, so an acquisition whose outcome is
+//! unknown is re-sent byte-identical (the crate's one write path, while the node lease is
+//! valid) and settled by reading the key back: our nonce means it was ours. A key of this store
+//! that no handle adopts (an acquisition that gave up while its transaction was still in
+//! flight) is deleted in the background, guarded by its value. See `acquire.rs`.
 //!
 //! Acquisitions run on a task of the store, so dropping the future of an acquisition cannot
 //! leave a committed owner key behind: a lease nobody receives is released.
+//!
+//! # Release and background deletes
+//!
+//! A release deletes the owner key guarded by its epoch; what cannot be confirmed in the
+//! foreground goes on in the background, in order (a rig's workspace root before its owner
+//! key), queued once, until confirmed, until the node lease it is attached to is lost (which
+//! deletes the keys anyway), the store closes, or a permanent error. See `cleanup.rs`.
 //!
 //! # Keepalive and the validity deadline
 //!
