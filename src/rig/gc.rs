@@ -1,11 +1,14 @@
 //! The ownership view object GC receives.
 
+use std::sync::Arc;
+
 use etcd_client::{Txn, TxnOp};
 use uuid::Uuid;
 
-use crate::connection::Connection;
 use crate::error::{EtcdError, LeaseLostError};
 use crate::lease::{Epoch, Lost, Ownership};
+use crate::store::StoreShared;
+use crate::write::{self, Written};
 
 /// A guarded delete of object GC failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +28,8 @@ pub enum GcError {
         /// The epoch of the view.
         epoch: Epoch,
     },
-    /// etcd failed the request; see its class. A delete is idempotent: retrying is safe.
+    /// etcd failed the request (re-sent while the lease was valid); see its class. A delete
+    /// is idempotent: retrying is safe.
     #[error("GC delete failed")]
     Etcd(#[source] EtcdError),
 }
@@ -38,18 +42,23 @@ pub enum GcError {
 /// gc.release().await; // a GC view has no way to release the lease
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct GcView {
     ownership: Ownership,
-    connection: Connection,
+    store: Arc<StoreShared>,
+}
+
+impl std::fmt::Debug for GcView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcView")
+            .field("ownership", &self.ownership)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GcView {
-    pub(crate) fn new(ownership: Ownership, connection: Connection) -> Self {
-        Self {
-            ownership,
-            connection,
-        }
+    pub(crate) fn new(ownership: Ownership, store: Arc<StoreShared>) -> Self {
+        Self { ownership, store }
     }
 
     /// The session.
@@ -73,21 +82,31 @@ impl GcView {
     }
 
     /// Deletes `key` only while the session is owned at this epoch: one transaction guarded
-    /// by the owner key's `create_revision`.
+    /// by the owner key's `create_revision`, sent through the crate's one write path (re-sent
+    /// while the lease is valid).
     pub async fn delete(&self, key: impl Into<String>) -> Result<(), GcError> {
         let key = key.into();
         self.ownership.check().map_err(GcError::LeaseLost)?;
         let txn = Txn::new()
             .when([self.ownership.guard()])
             .and_then([TxnOp::delete(key.as_str(), None)]);
-        let deleted = self
-            .connection
-            .write("gc delete", |mut client, _| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await.map(|r| r.succeeded()) }
-            })
-            .await
-            .map_err(GcError::Etcd)?;
+        let store = &self.store;
+        let written = write::send(
+            &store.connection,
+            &store.write,
+            "gc delete",
+            &txn,
+            None,
+            || self.ownership.is_valid(),
+            &store.shutdown,
+        )
+        .await;
+        let deleted = match written {
+            Written::Replied(response) => response.succeeded(),
+            Written::Unknown(error)
+            | Written::Failed(error)
+            | Written::Resolved { unknown: error, .. } => return Err(GcError::Etcd(error)),
+        };
         if deleted {
             Ok(())
         } else {

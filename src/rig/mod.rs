@@ -204,10 +204,7 @@ impl Rig {
 
     /// The view object GC gets.
     pub fn gc_view(&self) -> GcView {
-        GcView::new(
-            self.lease.ownership(),
-            self.lease.store().connection.clone(),
-        )
+        GcView::new(self.lease.ownership(), self.lease.store().clone())
     }
 
     /// The workspace root's key.
