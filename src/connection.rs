@@ -139,10 +139,20 @@ pub struct NamespaceStatus {
 
 struct Member {
     endpoint: String,
-    /// For unary requests: each bounded by the request timeout.
-    client: Client,
+    /// For unary requests: each bounded by the request timeout. Replaced by a fresh one
+    /// (a new connection) when a write attempt gets no answer in time.
+    client: std::sync::Mutex<Client>,
     /// For keepalive and watch streams, which live indefinitely: no request timeout.
     streams: Client,
+}
+
+impl Member {
+    fn client(&self) -> Client {
+        self.client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// A connection to one etcd cluster, failing over between its endpoints; cheap to clone.
@@ -171,6 +181,8 @@ pub struct Connection {
     members: Arc<[Member]>,
     preferred: Arc<AtomicUsize>,
     retry: RetryPolicy,
+    /// How unary clients are built (for replacing one).
+    client_options: etcd_client::ConnectOptions,
 }
 
 impl std::fmt::Debug for Connection {
@@ -214,7 +226,7 @@ impl Connection {
                 .map_err(invalid)?;
             members.push(Member {
                 endpoint: endpoint.clone(),
-                client,
+                client: std::sync::Mutex::new(client),
                 streams,
             });
         }
@@ -222,6 +234,7 @@ impl Connection {
             members: members.into(),
             preferred: Arc::new(AtomicUsize::new(0)),
             retry: options.retry,
+            client_options,
         };
         connection
             .status()
@@ -337,15 +350,65 @@ impl Connection {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let index = self.preferred.load(Ordering::Relaxed) % self.members.len();
+        self.attempt_on(self.preferred_index(), operation, timeout, f)
+            .await
+    }
+
+    /// The index of the preferred endpoint.
+    pub(crate) fn preferred_index(&self) -> usize {
+        self.preferred.load(Ordering::Relaxed) % self.members.len()
+    }
+
+    /// The number of endpoints.
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// [`attempt`](Self::attempt) on endpoint `index` (modulo the number of endpoints).
+    pub(crate) async fn attempt_on<T, F, Fut>(
+        &self,
+        index: usize,
+        operation: &'static str,
+        timeout: Duration,
+        f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let index = index % self.members.len();
         let member = &self.members[index];
-        match tokio::time::timeout(timeout, f(member.client.clone())).await {
+        match tokio::time::timeout(timeout, f(member.client())).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
                 Ok(value)
             }
             Ok(Err(source)) => Err(EtcdError::new(operation, &member.endpoint, source)),
-            Err(_) => Err(EtcdError::timed_out(operation, &member.endpoint, timeout)),
+            Err(_) => {
+                self.reconnect(member).await;
+                Err(EtcdError::timed_out(operation, &member.endpoint, timeout))
+            }
+        }
+    }
+
+    /// Gives `member` a fresh unary client, so that its next request opens a new connection.
+    /// A member that was killed leaves its open connections silent (no reset arrives), while
+    /// a new connection to it is refused at once; one that is alive reconnects in a moment.
+    /// Requests in flight on the old connection are not disturbed.
+    async fn reconnect(&self, member: &Member) {
+        let endpoint = member.endpoint.as_str();
+        match Client::connect([endpoint], Some(self.client_options.clone())).await {
+            Ok(client) => {
+                *member
+                    .client
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+                tracing::debug!(
+                    endpoint,
+                    "no answer in time; the next request connects anew"
+                );
+            }
+            Err(error) => tracing::debug!(endpoint, %error, "reconnecting failed"),
         }
     }
 
@@ -393,7 +456,7 @@ impl Connection {
         loop {
             let index = (first + attempt) % n;
             let member = &self.members[index];
-            match f(member.client.clone(), member.endpoint.clone()).await {
+            match f(member.client(), member.endpoint.clone()).await {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(value);

@@ -4,14 +4,16 @@
 //! Every write leasehold makes (acquire, fence, append, workspace root, guarded deletes) goes
 //! through [`send`], with one policy:
 //!
-//! - Each attempt goes to the preferred endpoint and is bounded by a short timeout
+//! - The first attempt goes to the preferred endpoint and is bounded by a short timeout
 //!   ([`WritePolicy::attempt_timeout`], 1 s by default): etcd's own server-side timeout is
-//!   5 s + 2 × the election timeout, so a proposal sent while the leader dies would otherwise
-//!   wait that long.
-//! - After a failed attempt the next endpoint is preferred and the same transaction (same
-//!   nonce, same compares) is sent again after a jittered, growing pause. Re-sending is always
-//!   safe: every transaction leasehold writes carries compares under which at most one of its
-//!   sends can ever apply.
+//!   5 s + 2 × the election timeout, so a proposal that a follower forwarded to a leader that
+//!   just died would otherwise wait that long, lost.
+//! - After a failed attempt the same transaction (same nonce, same compares) is sent again to
+//!   the next endpoint after a jittered, growing pause, each re-send bounded by
+//!   [`WritePolicy::resend_timeout`] (500 ms by default): once a send went unanswered the
+//!   cluster is likely electing, and a shorter wait finds the new leader sooner. Re-sending is
+//!   always safe: every transaction leasehold writes carries compares under which at most one
+//!   of its sends can ever apply.
 //! - It goes on for as long as the caller's condition holds (a journal: while its lease is
 //!   valid; an acquisition: while the node lease is). When the condition fails and some send's
 //!   outcome is unknown, one linearizable read (the caller's) settles it where it can.
@@ -31,8 +33,10 @@ use crate::error::{EtcdError, FailureClass};
 /// How writes are sent and re-sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WritePolicy {
-    /// How long one attempt may take before its outcome counts as unknown. Default 1 s.
+    /// How long the first attempt may take before its outcome counts as unknown. Default 1 s.
     pub attempt_timeout: Duration,
+    /// How long each re-send may take. Default 500 ms.
+    pub resend_timeout: Duration,
     /// The pause after the first failed attempt; it doubles (with jitter) after each. Default
     /// 20 ms.
     pub initial_backoff: Duration,
@@ -44,6 +48,7 @@ impl Default for WritePolicy {
     fn default() -> Self {
         Self {
             attempt_timeout: Duration::from_secs(1),
+            resend_timeout: Duration::from_millis(500),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(250),
         }
@@ -157,9 +162,12 @@ pub(crate) async fn send(
     let mut sends = Sends::NoneApplied;
     let mut unknown: Option<EtcdError> = None;
     let mut backoff = policy.backoff();
+    // This write's own endpoint: after a failure the next one, whatever other writes do.
+    let mut endpoint = connection.preferred_index();
+    let mut timeout = policy.attempt_timeout;
     loop {
         let attempt = tokio::select! {
-            attempt = connection.attempt(operation, policy.attempt_timeout, |mut client| {
+            attempt = connection.attempt_on(endpoint, operation, timeout, |mut client| {
                 let txn = txn.clone();
                 async move { client.txn(txn).await }
             }) => attempt,
@@ -188,7 +196,8 @@ pub(crate) async fn send(
                     // The first unknown failure is the one that may have applied.
                     unknown.get_or_insert(error);
                 }
-                connection.rotate();
+                endpoint = (endpoint + 1) % connection.len();
+                timeout = policy.resend_timeout.min(policy.attempt_timeout);
                 let pause = backoff.next().unwrap_or(policy.max_backoff);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}

@@ -241,6 +241,7 @@ impl Store {
             request_timeout: options.request_timeout,
             write: WritePolicy {
                 attempt_timeout: options.write.attempt_timeout.min(options.request_timeout),
+                resend_timeout: options.write.resend_timeout.min(options.request_timeout),
                 ..options.write
             },
             journal: options.journal,
