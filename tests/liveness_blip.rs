@@ -27,26 +27,8 @@ async fn a_journal_resumes_after_a_blip_of_fast_unknown_outcomes() {
 
     // --- phase: one writer appends continuously; its results are its history
     let stop = CancellationToken::new();
-    let writer = {
-        let (journal, stop) = (journal.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut history = AppendHistory::default();
-            let mut acks = Vec::new();
-            let mut i = 0;
-            while !stop.is_cancelled() {
-                i += 1;
-                let payload = format!("event {i}");
-                let result = journal.append(&payload).await;
-                history.record(&[&payload], &result);
-                match result {
-                    Ok(_) => acks.push(Instant::now()),
-                    Err(error) => return (history, acks, Some(error)),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (history, acks, None)
-        })
-    };
+    let writer =
+        common::append_continuously(journal.clone(), stop.clone(), Duration::from_millis(20));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // --- phase: the blip
@@ -60,7 +42,11 @@ async fn a_journal_resumes_after_a_blip_of_fast_unknown_outcomes() {
     let healed = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.cancel();
-    let (history, acks, error) = writer.await.unwrap();
+    let common::Appends {
+        history,
+        acks,
+        error,
+    } = writer.await.unwrap();
 
     // --- the journal went on: no append failed, one was acknowledged soon after the heal
     assert!(error.is_none(), "an append failed: {error:?}");

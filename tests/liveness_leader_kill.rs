@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::testing::{AppendHistory, EtcdCluster, check_journal, random_namespace};
+use leasehold::testing::{EtcdCluster, check_journal, random_namespace};
 use leasehold::{CancellationToken, Uuid};
 use tokio::time::Instant;
 
@@ -39,24 +39,7 @@ async fn every_journal_advances_within_three_seconds_of_a_leader_kill() {
     let writers: Vec<_> = journals
         .iter()
         .map(|(_, journal)| {
-            let (journal, stop) = (journal.clone(), stop.clone());
-            tokio::spawn(async move {
-                let mut history = AppendHistory::default();
-                let mut acks = Vec::new();
-                let mut i = 0;
-                while !stop.is_cancelled() {
-                    i += 1;
-                    let payload = format!("event {i}");
-                    let result = journal.append(&payload).await;
-                    history.record(&[&payload], &result);
-                    match result {
-                        Ok(_) => acks.push(Instant::now()),
-                        Err(error) => panic!("append failed: {error:?}"),
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                (history, acks)
-            })
+            common::append_continuously(journal.clone(), stop.clone(), Duration::from_millis(50))
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -70,7 +53,12 @@ async fn every_journal_advances_within_three_seconds_of_a_leader_kill() {
 
     let mut worst = Duration::ZERO;
     for ((lease, journal), writer) in journals.iter().zip(writers) {
-        let (history, acks) = writer.await.expect("no append failed");
+        let common::Appends {
+            history,
+            acks,
+            error,
+        } = writer.await.unwrap();
+        assert!(error.is_none(), "an append failed: {error:?}");
         worst = worst.max(longest_stall(&acks, killed, ended));
         assert!(lease.is_valid(), "no false loss");
         let report = check_journal(&store, journal.session_id(), &history)

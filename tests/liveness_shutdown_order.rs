@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions, WatchStream};
+use etcd_client::{WatchOptions, WatchStream};
 use leasehold::rig::RigError;
 use leasehold::testing::{FaultProxy, wait_for};
 use leasehold::{Rig, Uuid};
@@ -43,30 +43,6 @@ async fn rig_with_history(
     (rig, store, history)
 }
 
-/// The revisions at which `first` and then `second` were deleted, from the watch.
-async fn deletes(history: &mut WatchStream, first: &str, second: &str) -> (i64, i64) {
-    let (mut a, mut b) = (None, None);
-    while a.is_none() || b.is_none() {
-        let response = tokio::time::timeout(Duration::from_secs(10), history.message())
-            .await
-            .expect("the deletes happen")
-            .unwrap()
-            .unwrap();
-        for event in response.events() {
-            let kv = event.kv().unwrap();
-            if event.event_type() == EventType::Delete {
-                let key = std::str::from_utf8(kv.key()).unwrap();
-                if key == first {
-                    a = Some(kv.mod_revision());
-                } else if key == second {
-                    b = Some(kv.mod_revision());
-                }
-            }
-        }
-    }
-    (a.unwrap(), b.unwrap())
-}
-
 /// The owner key stays while the workspace root's deletes are refused, and goes after it.
 async fn owner_key_waits_for_the_root(
     etcd: &common::Etcd,
@@ -82,7 +58,8 @@ async fn owner_key_waits_for_the_root(
     );
     assert!(common::create_revision(&etcd.raw, root).await > 0);
     proxy.clear_request_filter();
-    let (root_deleted, owner_deleted) = deletes(history, root, owner_key).await;
+    let deleted = common::delete_revisions(history, &[root, owner_key]).await;
+    let (root_deleted, owner_deleted) = (deleted[0], deleted[1]);
     println!("workspace root deleted at {root_deleted}, owner key at {owner_deleted}");
     assert!(root_deleted < owner_deleted);
     wait_for("both keys gone", Duration::from_secs(5), || async {

@@ -2,9 +2,8 @@
 
 mod common;
 
-use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::WatchOptions;
 use leasehold::rig::{RigError, WorkspaceHeldError};
 use leasehold::testing::{EtcdNode, random_namespace};
 use leasehold::{LossReason, Rig};
@@ -44,26 +43,8 @@ async fn shutdown_releases_the_workspace_before_the_lease_after_the_last_append(
         )
         .await
         .unwrap();
-    let (mut workspace_deleted, mut owner_deleted) = (None, None);
-    while workspace_deleted.is_none() || owner_deleted.is_none() {
-        let response = tokio::time::timeout(Duration::from_secs(5), events.message())
-            .await
-            .expect("history arrives")
-            .unwrap()
-            .unwrap();
-        for event in response.events() {
-            let kv = event.kv().unwrap();
-            if event.event_type() == EventType::Delete {
-                let key = std::str::from_utf8(kv.key()).unwrap();
-                if key == workspace_key {
-                    workspace_deleted = Some(kv.mod_revision());
-                } else if key == owner_key {
-                    owner_deleted = Some(kv.mod_revision());
-                }
-            }
-        }
-    }
-    let (workspace_deleted, owner_deleted) = (workspace_deleted.unwrap(), owner_deleted.unwrap());
+    let deleted = common::delete_revisions(&mut events, &[&workspace_key, &owner_key]).await;
+    let (workspace_deleted, owner_deleted) = (deleted[0], deleted[1]);
     println!(
         "last append at {}, workspace root deleted at {workspace_deleted}, owner key at {owner_deleted}",
         last.revision

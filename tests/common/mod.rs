@@ -100,3 +100,66 @@ impl Etcd {
         store(&[self.node.endpoint().to_owned()], &self.ns, node, ttl).await
     }
 }
+
+/// The revisions at which each of `keys` was deleted, read from a watch of etcd's history.
+pub(crate) async fn delete_revisions(
+    history: &mut etcd_client::WatchStream,
+    keys: &[&str],
+) -> Vec<i64> {
+    let mut deleted: Vec<Option<i64>> = vec![None; keys.len()];
+    while deleted.iter().any(Option::is_none) {
+        let response = tokio::time::timeout(Duration::from_secs(10), history.message())
+            .await
+            .expect("the deletes happen")
+            .unwrap()
+            .unwrap();
+        for event in response.events() {
+            let kv = event.kv().unwrap();
+            if event.event_type() == etcd_client::EventType::Delete
+                && let Some(i) = keys.iter().position(|key| key.as_bytes() == kv.key())
+            {
+                deleted[i] = Some(kv.mod_revision());
+            }
+        }
+    }
+    deleted.into_iter().map(Option::unwrap).collect()
+}
+
+/// What a continuous writer saw: its history, the instants of its acknowledged appends, and
+/// the error that stopped it, if any.
+pub(crate) struct Appends {
+    pub(crate) history: leasehold::testing::AppendHistory,
+    pub(crate) acks: Vec<tokio::time::Instant>,
+    pub(crate) error: Option<leasehold::JournalWriteError>,
+}
+
+/// Appends to `journal` every `pause` until `stop` (or the first error).
+pub(crate) fn append_continuously(
+    journal: std::sync::Arc<leasehold::Journal>,
+    stop: leasehold::CancellationToken,
+    pause: Duration,
+) -> tokio::task::JoinHandle<Appends> {
+    tokio::spawn(async move {
+        let mut appends = Appends {
+            history: leasehold::testing::AppendHistory::default(),
+            acks: Vec::new(),
+            error: None,
+        };
+        let mut i = 0;
+        while !stop.is_cancelled() {
+            i += 1;
+            let payload = format!("event {i}");
+            let result = journal.append(&payload).await;
+            appends.history.record(&[&payload], &result);
+            match result {
+                Ok(_) => appends.acks.push(tokio::time::Instant::now()),
+                Err(error) => {
+                    appends.error = Some(error);
+                    break;
+                }
+            }
+            tokio::time::sleep(pause).await;
+        }
+        appends
+    })
+}
