@@ -19,14 +19,17 @@
 //!
 //! # Balance
 //!
-//! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, so the live hosts
-//! are visible to all and a dead host's key goes with its lease. Every tick (TTL/3, at most
-//! 1 s) a host lists them and holds at most its share: ⌊wanted / live hosts⌋, one more for the
-//! first `wanted mod live hosts` hosts in key order (so the shares add up to the sessions and
-//! differ by at most one), and at most [`HostOptions::max_sessions`]. A host over its cap sheds the difference, in order, so
-//! a host that joins gets its share without anyone restarting, and a host that leaves (its key
-//! is deleted first) hands its sessions over at once. Acquisitions and standbys count against
-//! the cap too, so a host at its cap does not take a session that another host just shed.
+//! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, holding its
+//! [`HostOptions::max_sessions`], so the live hosts are visible to all and a dead host's key
+//! goes with its lease. Every tick (TTL/3, at most 1 s) a host lists them and computes every
+//! host's share the same way: as even as the maxima allow (shares below a maximum differ by at
+//! most one, the earlier hosts in key order taking the extra ones), adding up to the wanted
+//! sessions (or to the sum of the maxima). A host over its share sheds the difference, in
+//! order, so a host that joins gets its share without anyone restarting, a capped host's
+//! remainder goes to the others, and a host that leaves (its key is deleted first) hands its
+//! sessions over at once. Acquisitions and standbys count against the share too, so a host at
+//! its share does not take a session that another host just shed. A session freed while a
+//! host is full makes it list the hosts again at once.
 //!
 //! [`Journal::broken`]: crate::Journal::broken
 
@@ -362,9 +365,13 @@ impl Inner {
         let Some(node) = shared.current_node().filter(|node| node.is_valid()) else {
             return false;
         };
+        let value = HostValue {
+            max: self.options.max_sessions,
+            node: self.store.node().to_owned(),
+        };
         let txn = Txn::new().and_then([TxnOp::put(
             self.host_key.as_str(),
-            self.store.node(),
+            value.encode(),
             Some(PutOptions::new().with_lease(node.id)),
         )]);
         let written = write::send(
@@ -380,12 +387,10 @@ impl Inner {
         matches!(written, Written::Replied(_))
     }
 
-    /// The live hosts' keys, sorted, at one revision.
-    async fn live_hosts(&self) -> Option<Vec<Vec<u8>>> {
+    /// The live hosts, sorted by key, at one revision: each key and its maximum.
+    async fn live_hosts(&self) -> Option<Vec<(Vec<u8>, Option<usize>)>> {
         let prefix = self.store.namespace().hosts_prefix();
-        let options = GetOptions::new()
-            .with_range(prefix_end(&prefix))
-            .with_keys_only();
+        let options = GetOptions::new().with_range(prefix_end(&prefix));
         let read = self.store.connection().read("list hosts", |mut client, _| {
             let (prefix, options) = (prefix.clone(), options.clone());
             async move { client.get(prefix, Some(options)).await }
@@ -394,7 +399,13 @@ impl Inner {
             response = read => response.ok()?,
             _ = self.shutdown.cancelled() => return None,
         };
-        Some(response.kvs().iter().map(|kv| kv.key().to_vec()).collect())
+        Some(
+            response
+                .kvs()
+                .iter()
+                .map(|kv| (kv.key().to_vec(), HostValue::decode(kv.value()).max))
+                .collect(),
+        )
     }
 
     /// Sheds owned sessions until at most `cap` are held.
@@ -417,9 +428,19 @@ async fn balance(inner: Arc<Inner>) {
         if node.is_some() && registered_on != node && inner.register().await {
             registered_on = node;
         }
-        if let Some(hosts) = inner.live_hosts().await {
+        if let Some(mut hosts) = inner.live_hosts().await {
             let wanted = lock(&inner.wanted).len();
-            let share = share(wanted, &hosts, inner.host_key.as_bytes());
+            let own = inner.host_key.as_bytes();
+            // Not (yet) listed: count itself, last.
+            let rank = hosts
+                .iter()
+                .position(|(key, _)| key == own)
+                .unwrap_or_else(|| {
+                    hosts.push((own.to_vec(), inner.options.max_sessions));
+                    hosts.len() - 1
+                });
+            let maxima: Vec<Option<usize>> = hosts.iter().map(|(_, max)| *max).collect();
+            let share = shares(wanted, &maxima)[rank];
             let cap = inner
                 .options
                 .max_sessions
@@ -468,15 +489,70 @@ impl Inner {
     }
 }
 
-/// This host's share of `wanted` sessions among the live `hosts` (sorted keys): ⌊wanted /
-/// hosts⌋, one more for the first `wanted mod hosts` of them, so that the shares add up to
-/// exactly `wanted` and differ by at most one. A host whose key is not (yet) among them counts
-/// itself last.
-fn share(wanted: usize, hosts: &[Vec<u8>], own: &[u8]) -> usize {
-    let rank = hosts.iter().position(|key| key == own);
-    let live = hosts.len() + usize::from(rank.is_none());
-    let rank = rank.unwrap_or(hosts.len());
-    wanted / live + usize::from(rank < wanted % live)
+/// The shares of `wanted` sessions among hosts (in key order) with these maxima: as even as
+/// the maxima allow (shares of hosts below their maximum differ by at most one, the earlier
+/// hosts taking the extra ones), adding up to `wanted` or to the sum of the maxima, whichever
+/// is less. Every host computes the same shares from the same list.
+fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
+    let mut shares = vec![0; maxima.len()];
+    let mut open: Vec<usize> = (0..maxima.len()).collect();
+    let mut left = wanted;
+    while !open.is_empty() {
+        let (base, extra) = (left / open.len(), left % open.len());
+        let fair = |rank: usize| base + usize::from(rank < extra);
+        // Hosts whose maximum is below their fair share take their maximum; the rest share
+        // what is left.
+        let full: Vec<usize> = open
+            .iter()
+            .enumerate()
+            .filter(|&(rank, &host)| maxima[host].is_some_and(|max| max < fair(rank)))
+            .map(|(_, &host)| host)
+            .collect();
+        if full.is_empty() {
+            for (rank, &host) in open.iter().enumerate() {
+                shares[host] = fair(rank);
+            }
+            break;
+        }
+        for &host in &full {
+            let max = maxima[host].unwrap_or(0);
+            shares[host] = max;
+            left -= max;
+        }
+        open.retain(|host| !full.contains(host));
+    }
+    shares
+}
+
+/// What a host's key holds: its maximum and its node's name.
+struct HostValue {
+    max: Option<usize>,
+    node: String,
+}
+
+impl HostValue {
+    const PREFIX: &'static str = "leasehold-host/1";
+
+    /// `leasehold-host/1 {max or -} {node}`.
+    fn encode(&self) -> String {
+        let max = self
+            .max
+            .map_or_else(|| "-".to_owned(), |max| max.to_string());
+        format!("{} {max} {}", Self::PREFIX, self.node)
+    }
+
+    /// Anything unreadable counts as a host without a maximum.
+    fn decode(value: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(value);
+        let mut parts = text.splitn(3, ' ');
+        let known = parts.next() == Some(Self::PREFIX);
+        let max = parts
+            .next()
+            .filter(|_| known)
+            .and_then(|max| max.parse().ok());
+        let node = parts.next().unwrap_or_default().to_owned();
+        Self { max, node }
+    }
 }
 
 /// One session's task: see the module docs.
@@ -594,23 +670,73 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::share;
+    use super::{HostValue, shares};
 
     #[test]
     fn shares_add_up_and_differ_by_at_most_one() {
         for wanted in 0..40 {
             for live in 1..7usize {
-                let hosts: Vec<Vec<u8>> = (0..live).map(|i| vec![i as u8]).collect();
-                let shares: Vec<usize> =
-                    hosts.iter().map(|own| share(wanted, &hosts, own)).collect();
+                let shares = shares(wanted, &vec![None; live]);
                 assert_eq!(shares.iter().sum::<usize>(), wanted, "{wanted} over {live}");
                 let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
                 assert!(max - min <= 1, "{wanted} over {live}: {shares:?}");
+                assert!(
+                    shares.windows(2).all(|w| w[0] >= w[1]),
+                    "earlier hosts first"
+                );
             }
         }
-        // Not yet listed: counts itself last.
-        assert_eq!(share(30, &[vec![1], vec![2]], &[3]), 10);
-        assert_eq!(share(31, &[vec![1], vec![2]], &[3]), 10);
-        assert_eq!(share(5, &[], &[3]), 5);
+    }
+
+    #[test]
+    fn a_capped_host_leaves_the_rest_to_the_others() {
+        assert_eq!(shares(10, &[Some(3), None]), [3, 7]);
+        assert_eq!(shares(10, &[None, Some(3), None]), [4, 3, 3]);
+        assert_eq!(
+            shares(10, &[Some(2), Some(2)]),
+            [2, 2],
+            "no more than the maxima"
+        );
+        assert_eq!(
+            shares(30, &[Some(0), None, None, Some(20)]),
+            [0, 10, 10, 10]
+        );
+        // Any maxima: never above a maximum, the total as large as it can be.
+        for wanted in 0..25 {
+            for a in 0..6 {
+                for b in 0..6 {
+                    let maxima = [Some(a), None, Some(b), None];
+                    let got = shares(wanted, &maxima);
+                    assert_eq!(
+                        got.iter().sum::<usize>(),
+                        wanted,
+                        "{wanted} {maxima:?}: {got:?}"
+                    );
+                    assert!(got[0] <= a && got[2] <= b);
+                    let maxima = [Some(a), Some(b)];
+                    let got = shares(wanted, &maxima);
+                    assert_eq!(
+                        got.iter().sum::<usize>(),
+                        wanted.min(a + b),
+                        "{wanted} {maxima:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn host_values_round_trip_and_garbage_has_no_maximum() {
+        for max in [None, Some(0), Some(12)] {
+            let value = HostValue {
+                max,
+                node: "node a".into(),
+            }
+            .encode();
+            let decoded = HostValue::decode(value.as_bytes());
+            assert_eq!((decoded.max, decoded.node.as_str()), (max, "node a"));
+        }
+        assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
+        assert_eq!(HostValue::decode(b"").max, None);
     }
 }

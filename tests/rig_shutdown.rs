@@ -2,7 +2,6 @@
 
 mod common;
 
-
 use etcd_client::WatchOptions;
 use leasehold::rig::{RigError, WorkspaceHeldError};
 use leasehold::testing::{EtcdNode, random_namespace};

@@ -1,0 +1,97 @@
+//! A session host's set of sessions changes at run time, and `max_sessions` caps what it holds.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::testing::wait_for;
+use leasehold::{CancellationToken, HostOptions, Rig, SessionHost, Uuid};
+
+async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
+    stop.cancelled().await;
+}
+
+async fn owned(etcd: &common::Etcd) -> usize {
+    common::count(&etcd.raw, &etcd.ns.owners_prefix()).await as usize
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_added_and_removed_at_run_time_are_taken_and_handed_back() {
+    let etcd = common::Etcd::start().await;
+    let store = Arc::new(etcd.store("a", 10).await);
+    let sessions: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
+    let host = SessionHost::start(store, HostOptions::default(), sessions[..3].to_vec(), idle);
+    let within = Duration::from_secs(5);
+    wait_for("three owned", within, || async {
+        (owned(&etcd).await == 3).then_some(())
+    })
+    .await
+    .unwrap();
+
+    host.add(sessions[3]);
+    host.add(sessions[3]); // no second task
+    wait_for("the added one owned", within, || async {
+        (host.held_count() == 4 && owned(&etcd).await == 4).then_some(())
+    })
+    .await
+    .unwrap();
+
+    host.remove(sessions[0]);
+    wait_for("the removed one released", within, || async {
+        let key = etcd.ns.owner_key(sessions[0]);
+        (common::create_revision(&etcd.raw, &key).await == 0 && host.held_count() == 3)
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let workspace = etcd.ns.workspace_key(&format!("ws-{}", sessions[0]));
+    assert_eq!(common::create_revision(&etcd.raw, &workspace).await, 0);
+    host.shutdown().await;
+    assert_eq!(owned(&etcd).await, 0);
+    assert_eq!(
+        common::count(&etcd.raw, &etcd.ns.workspaces_prefix()).await,
+        0
+    );
+    assert_eq!(
+        common::count(&etcd.raw, &etcd.ns.hosts_prefix()).await,
+        0,
+        "the host's key is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_sessions_caps_a_host_and_another_takes_the_rest() {
+    let etcd = common::Etcd::start().await;
+    let sessions: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();
+    let capped = SessionHost::start(
+        Arc::new(etcd.store("capped", 10).await),
+        HostOptions::default().with_max_sessions(3),
+        sessions.clone(),
+        idle,
+    );
+    wait_for("three owned", Duration::from_secs(5), || async {
+        (owned(&etcd).await == 3).then_some(())
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(capped.held_count(), 3, "never more than its maximum");
+    assert_eq!(owned(&etcd).await, 3);
+
+    let other = SessionHost::start(
+        Arc::new(etcd.store("other", 10).await),
+        HostOptions::default(),
+        sessions.clone(),
+        idle,
+    );
+    wait_for("all owned", Duration::from_secs(10), || async {
+        (owned(&etcd).await == 10 && capped.held_count() + other.held_count() == 10)
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!((capped.held_count(), other.held_count()), (3, 7));
+    capped.shutdown().await;
+    other.shutdown().await;
+}
