@@ -9,7 +9,8 @@
 //!   5 s + 2 × the election timeout, so a proposal that a follower forwarded to a leader that
 //!   just died would otherwise wait that long, lost.
 //! - After a failed attempt the same transaction (same nonce, same compares) is sent again to
-//!   the next endpoint after a jittered, growing pause, each re-send bounded by
+//!   the next endpoint, after a jittered, growing pause if it failed fast (none if it got no
+//!   answer in time: it has waited already), each re-send bounded by
 //!   [`WritePolicy::resend_timeout`] (500 ms by default): once a send went unanswered the
 //!   cluster is likely electing, and a shorter wait finds the new leader sooner. Re-sending is
 //!   always safe: every transaction leasehold writes carries compares under which at most one
@@ -192,13 +193,19 @@ pub(crate) async fn send(
             Next::Resend(now) => {
                 tracing::debug!(operation, %error, ?now, "write failed; sending the same transaction again");
                 sends = now;
+                // An attempt that got no answer has waited already: move on at once. Fast
+                // failures (refused, no leader) back off.
+                let pause = if error.code() == Some(tonic::Code::DeadlineExceeded) {
+                    Duration::ZERO
+                } else {
+                    backoff.next().unwrap_or(policy.max_backoff)
+                };
                 if kind == Attempt::Unknown {
                     // The first unknown failure is the one that may have applied.
                     unknown.get_or_insert(error);
                 }
                 endpoint = (endpoint + 1) % connection.len();
                 timeout = policy.resend_timeout.min(policy.attempt_timeout);
-                let pause = backoff.next().unwrap_or(policy.max_backoff);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => {}

@@ -86,8 +86,7 @@ async fn max_sessions_caps_a_host_and_another_takes_the_rest() {
         idle,
     );
     wait_for("all owned", Duration::from_secs(10), || async {
-        (owned(&etcd).await == 10 && capped.held_count() + other.held_count() == 10)
-            .then_some(())
+        (owned(&etcd).await == 10 && capped.held_count() + other.held_count() == 10).then_some(())
     })
     .await
     .unwrap();
