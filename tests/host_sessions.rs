@@ -94,3 +94,28 @@ async fn max_sessions_caps_a_host_and_another_takes_the_rest() {
     capped.shutdown().await;
     other.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_that_ignores_its_token_is_aborted_after_the_grace_period() {
+    let etcd = common::Etcd::start().await;
+    let store = Arc::new(etcd.store("a", 10).await);
+    let session = Uuid::new_v4();
+    let stubborn = |_rig: Arc<Rig>, _stop: CancellationToken| std::future::pending::<()>();
+    let host = SessionHost::start(
+        store,
+        HostOptions::default().with_stop_grace(Duration::from_millis(500)),
+        [session],
+        stubborn,
+    );
+    wait_for("owned", Duration::from_secs(5), || async {
+        (host.held_count() == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), host.shutdown())
+        .await
+        .expect("shutdown is bounded by the grace period");
+    println!("shutdown took {:?}", started.elapsed());
+    assert_eq!(owned(&etcd).await, 0, "released in order all the same");
+}

@@ -35,33 +35,34 @@ async fn a_fenced_journal_under_a_valid_lease_is_given_up_and_reopened() {
     // --- phase: the tip is rewritten from outside (same bytes, a new mod_revision): the
     // owner's next append fails its compare, with its lease still valid
     let tip_key = etcd.ns.tip_key(session);
-    let tip = etcd.raw.clone().get(tip_key.as_str(), None).await.unwrap();
-    let value = tip.kvs()[0].value().to_vec();
-    let tampered = Instant::now();
-    etcd.raw
-        .clone()
-        .put(tip_key.as_str(), value, None)
-        .await
-        .unwrap();
-
-    // --- the host gives the session up for its broken journal and owns it again, newer
-    let (why, second) = wait_for("the session reopened", Duration::from_secs(5), || {
-        let mut seen = Vec::new();
-        while let Ok(event) = events.try_recv() {
-            seen.push(event);
+    let tampered = loop {
+        // Rewrite exactly the current tip (a CAS on its mod_revision), so that it never goes
+        // back: only its mod_revision moves.
+        let tip = etcd.raw.clone().get(tip_key.as_str(), None).await.unwrap();
+        let (value, revision) = (tip.kvs()[0].value().to_vec(), tip.kvs()[0].mod_revision());
+        let rewrite = etcd_client::Txn::new()
+            .when([etcd_client::Compare::mod_revision(
+                tip_key.as_str(),
+                etcd_client::CompareOp::Equal,
+                revision,
+            )])
+            .and_then([etcd_client::TxnOp::put(tip_key.as_str(), value, None)]);
+        if etcd.raw.clone().txn(rewrite).await.unwrap().succeeded() {
+            break Instant::now();
         }
-        let gave_up = seen.iter().find_map(|e| match e {
-            HostEvent::GaveUp { why, .. } => Some(*why),
-            _ => None,
-        });
-        let again = seen.iter().find_map(|e| match e {
-            HostEvent::Acquired { epoch, .. } => Some(*epoch),
-            _ => None,
-        });
-        std::future::ready(gave_up.zip(again))
-    })
-    .await
-    .unwrap();
+    };
+
+    let deadline = tampered + Duration::from_secs(5);
+    let (mut gave_up, mut again) = (None, None);
+    while gave_up.is_none() || again.is_none() {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(HostEvent::GaveUp { why, .. })) => gave_up = Some(why),
+            Ok(Ok(HostEvent::Acquired { epoch, .. })) => again = Some(epoch),
+            Ok(other) => panic!("unexpected: {other:?}"),
+            Err(_) => panic!("not reopened within 5 s: gave up {gave_up:?}, acquired {again:?}"),
+        }
+    }
+    let (why, second) = (gave_up.unwrap(), again.unwrap());
     println!(
         "gave up ({why}) and reopened at epoch {second} {:?} after the tamper",
         tampered.elapsed()
