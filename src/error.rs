@@ -237,6 +237,13 @@ pub enum StoreError {
         /// The name as given.
         node: String,
     },
+    /// A write attempt would time out before it is sent: the attempt and re-send timeouts
+    /// must be above zero. Permanent.
+    #[error("invalid write policy {policy:?}: attempt timeouts must be above zero")]
+    InvalidWritePolicy {
+        /// The policy as given.
+        policy: crate::WritePolicy,
+    },
     /// The safety margin leaves no room to renew. Permanent for these settings.
     #[error(transparent)]
     Margin(#[from] MarginError),

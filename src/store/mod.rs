@@ -159,6 +159,11 @@ impl StoreOptions {
                 node: self.node.clone(),
             });
         }
+        if self.write.attempt_timeout.is_zero() || self.write.resend_timeout.is_zero() {
+            return Err(StoreError::InvalidWritePolicy {
+                policy: self.write.clone(),
+            });
+        }
         validity::check_margin(self.ttl, self.margin, Duration::ZERO)?;
         Ok(())
     }
@@ -669,6 +674,10 @@ mod tests {
                 Duration::from_secs(margin_secs),
             );
             let result = options.validate();
+            let mut zero = StoreOptions::new(["http://127.0.0.1:2379"]);
+            zero.write.resend_timeout = Duration::ZERO;
+            let refused = matches!(zero.validate(), Err(StoreError::InvalidWritePolicy { .. }));
+            proptest::prop_assert!(refused);
             if !(2..=MAX_TTL_SECS).contains(&secs) || nanos != 0 {
                 let invalid = matches!(result, Err(StoreError::InvalidTtl { .. }));
                 proptest::prop_assert!(invalid);
