@@ -84,8 +84,8 @@ pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, estimate_size};
 
 pub(crate) use fence::open;
-pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
+pub(crate) use record::{decode_tip, encode_tip};
 pub use replay::Replay;
 
 /// etcd's limits, as the journal checks them before sending.

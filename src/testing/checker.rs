@@ -1,22 +1,34 @@
 //! Checks a journal against the safety invariants, given what its writers were told.
 
 use std::collections::HashMap;
+use std::fmt;
 
+use etcd_client::GetOptions;
 use futures_util::StreamExt as _;
 use uuid::Uuid;
 
 use crate::error::JournalWriteError;
-use crate::journal::{Appended, Record};
+use crate::journal::{Appended, Record, decode_tip};
 use crate::lease::Epoch;
 use crate::store::Store;
 
-/// What the writers of a journal were told about each append, by payload. Payloads must be
-/// unique across the history (the checker finds appends by them).
+/// What one append call came to, as its writer was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Told {
+    Acknowledged,
+    Unknown,
+    Failed,
+}
+
+/// What the writers of a journal were told about each append call, in the order recorded.
+/// Payloads must be unique across the history (the checker finds appends by them).
+///
+/// Record each call when its result arrives, one writer (journal) at a time: the checker
+/// expects the acknowledged appends of one epoch in the journal in the order they were
+/// recorded.
 #[derive(Clone, Debug, Default)]
 pub struct AppendHistory {
-    acknowledged: Vec<Vec<u8>>,
-    unknown: Vec<Vec<u8>>,
-    failed: Vec<Vec<u8>>,
+    calls: Vec<(Vec<Vec<u8>>, Told)>,
 }
 
 impl AppendHistory {
@@ -26,27 +38,43 @@ impl AppendHistory {
         payloads: &[P],
         result: &Result<Appended, JournalWriteError>,
     ) {
-        let list = match result {
-            Ok(_) => &mut self.acknowledged,
-            Err(JournalWriteError::OutcomeUnknown(_)) => &mut self.unknown,
-            Err(_) => &mut self.failed,
+        let told = match result {
+            Ok(_) => Told::Acknowledged,
+            Err(JournalWriteError::OutcomeUnknown(_)) => Told::Unknown,
+            Err(_) => Told::Failed,
         };
-        list.extend(payloads.iter().map(|p| p.as_ref().to_vec()));
+        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+        self.calls.push((payloads, told));
+    }
+
+    /// Records a call whose outcome stayed unknown, e.g. of a writer that crashed while its
+    /// append was in flight.
+    pub fn record_unknown<P: AsRef<[u8]>>(&mut self, payloads: &[P]) {
+        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+        self.calls.push((payloads, Told::Unknown));
+    }
+
+    fn count(&self, told: Told) -> usize {
+        self.calls
+            .iter()
+            .filter(|(_, t)| *t == told)
+            .map(|(payloads, _)| payloads.len())
+            .sum()
     }
 
     /// Payloads whose append was acknowledged.
     pub fn acknowledged(&self) -> usize {
-        self.acknowledged.len()
+        self.count(Told::Acknowledged)
     }
 
     /// Payloads whose append had an unknown outcome.
     pub fn unknown(&self) -> usize {
-        self.unknown.len()
+        self.count(Told::Unknown)
     }
 
     /// Payloads whose append definitely failed.
     pub fn failed(&self) -> usize {
-        self.failed.len()
+        self.count(Told::Failed)
     }
 }
 
@@ -63,26 +91,206 @@ pub struct JournalReport {
     pub unknown_committed: usize,
 }
 
-/// A journal broke an invariant; each line says which and where.
+/// One way a journal breaks an invariant (the numbers of DESIGN's §6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The replay itself failed.
+    Replay(String),
+    /// 1: the record at position `expected` holds sequence number `found` (a gap or a
+    /// duplicate).
+    Gap {
+        /// The position.
+        expected: u64,
+        /// The sequence number found there.
+        found: u64,
+    },
+    /// 1: a fence names a previous tip that is not the record before it: two writers wrote
+    /// from different tips (a fork).
+    Fork {
+        /// The fence's sequence number.
+        fence: u64,
+        /// The (seq, epoch) the fence names.
+        names: Option<(u64, Epoch)>,
+        /// The (seq, epoch) of the record before it.
+        before: Option<(u64, Epoch)>,
+    },
+    /// 1: the tip is not the last record (its seq, epoch and nonce).
+    TipMismatch {
+        /// The tip's (seq, epoch), `None` if absent or undecodable.
+        tip: Option<(u64, Epoch)>,
+        /// The last record's (seq, epoch).
+        last: Option<(u64, Epoch)>,
+    },
+    /// 2: a record of an older epoch after a fence of a newer one.
+    StaleRecord {
+        /// The record.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The epoch of the last fence before it.
+        fence: Epoch,
+    },
+    /// 2: an event whose epoch is not that of the last fence before it (its writer did not
+    /// fence first).
+    Unfenced {
+        /// The event.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The last fence's epoch before it, if any.
+        fence: Option<Epoch>,
+    },
+    /// 3: the first record is not a fence.
+    FirstNotFence,
+    /// 3: a fence whose epoch is not above the fence before it.
+    FenceNotIncreasing {
+        /// The fence.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The epoch of the fence before it.
+        previous: Epoch,
+    },
+    /// 4: an acknowledged append is missing, or present more than once.
+    Acknowledged {
+        /// The payload.
+        payload: String,
+        /// How often it is present.
+        present: u32,
+    },
+    /// 4: an outcome-unknown append is present more than once.
+    UnknownRepeated {
+        /// The payload.
+        payload: String,
+        /// How often it is present.
+        present: u32,
+    },
+    /// 4: an append reported as failed is present.
+    FailedPresent {
+        /// The payload.
+        payload: String,
+    },
+    /// 4: an append call is present in part (all or nothing), or its records are not one
+    /// contiguous run written by one transaction.
+    Torn {
+        /// The call's first payload.
+        first: String,
+        /// How many of its payloads are present.
+        present: usize,
+        /// How many it had.
+        of: usize,
+    },
+    /// 4: two acknowledged appends of one epoch are in the journal in the other order than
+    /// they were acknowledged.
+    OutOfOrder {
+        /// The one acknowledged first.
+        earlier: String,
+        /// The one acknowledged later, found before it.
+        later: String,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Replay(error) => write!(f, "replay failed: {error}"),
+            Violation::Gap { expected, found } => {
+                write!(
+                    f,
+                    "invariant 1: record {found} found where {expected} belongs"
+                )
+            }
+            Violation::Fork {
+                fence,
+                names,
+                before,
+            } => write!(
+                f,
+                "invariant 1: fence {fence} names previous tip {names:?}, but the record before it is {before:?}"
+            ),
+            Violation::TipMismatch { tip, last } => write!(
+                f,
+                "invariant 1: the tip {tip:?} is not the last record {last:?}"
+            ),
+            Violation::StaleRecord { seq, epoch, fence } => write!(
+                f,
+                "invariant 2: record {seq} of epoch {epoch} after a fence of epoch {fence}"
+            ),
+            Violation::Unfenced { seq, epoch, fence } => write!(
+                f,
+                "invariant 2: event {seq} of epoch {epoch} is not under a fence of its epoch (last fence: {fence:?})"
+            ),
+            Violation::FirstNotFence => f.write_str("invariant 3: record 1 is not a fence"),
+            Violation::FenceNotIncreasing {
+                seq,
+                epoch,
+                previous,
+            } => write!(
+                f,
+                "invariant 3: fence {seq} of epoch {epoch} after a fence of epoch {previous}"
+            ),
+            Violation::Acknowledged { payload, present } => write!(
+                f,
+                "invariant 4: acknowledged append {payload:?} present {present} times"
+            ),
+            Violation::UnknownRepeated { payload, present } => write!(
+                f,
+                "invariant 4: outcome-unknown append {payload:?} present {present} times"
+            ),
+            Violation::FailedPresent { payload } => {
+                write!(
+                    f,
+                    "invariant 4: append {payload:?} reported failed is present"
+                )
+            }
+            Violation::Torn { first, present, of } => write!(
+                f,
+                "invariant 4: the append of {first:?} is present in part or split ({present} of {of})"
+            ),
+            Violation::OutOfOrder { earlier, later } => write!(
+                f,
+                "invariant 4: {later:?}, acknowledged after {earlier:?}, comes before it"
+            ),
+        }
+    }
+}
+
+/// A journal broke an invariant; each violation says which and where.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("journal of {session} breaks its invariants:\n{}", .violations.join("\n"))]
+#[error("journal of {session} breaks its invariants:\n{}", .violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
 pub struct InvariantViolation {
     /// The session.
     pub session: Uuid,
-    /// What is wrong, one line each.
-    pub violations: Vec<String>,
+    /// What is wrong.
+    pub violations: Vec<Violation>,
 }
 
-/// Replays `session`'s journal and checks the journal safety invariants against `history`:
+/// Where an event lies in the journal.
+#[derive(Clone, Copy)]
+struct Placed {
+    position: u64,
+    epoch: Epoch,
+    nonce: Uuid,
+}
+
+fn show(payload: &[u8]) -> String {
+    String::from_utf8_lossy(payload).into_owned()
+}
+
+/// Replays `session`'s journal at one revision, reads its tip at that revision, and checks the
+/// journal invariants against `history`:
 ///
 /// 1. one chain: sequence numbers gapless from 1 (and unique: one key per number), each fence
-///    naming the record before it as its previous tip;
+///    naming the record before it as its previous tip, and the tip naming the last record;
 /// 2. no record of epoch e after a fence of epoch e' > e; stronger: every event carries the
 ///    epoch of the last fence before it (each writer fences before it writes). Sequence order
 ///    is commit order here, since the chain is gapless and each append compares the tip;
 /// 3. fence epochs strictly increase, and record 1 is a fence;
 /// 4. every acknowledged append present exactly once, an outcome-unknown append at most once,
-///    and a definitely failed append not at all.
+///    a definitely failed append not at all; each append call all or nothing, as one
+///    contiguous run of one transaction (one nonce); acknowledged appends of one epoch in the
+///    order they were recorded.
 pub async fn check_journal(
     store: &Store,
     session: Uuid,
@@ -92,105 +300,84 @@ pub async fn check_journal(
     let mut replay = store.replay_records(session);
     let (mut records, mut events) = (0u64, 0u64);
     let mut fence_epochs: Vec<Epoch> = Vec::new();
-    let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
-    let mut previous: Option<(u64, Epoch)> = None;
+    let mut placed: HashMap<Vec<u8>, Vec<Placed>> = HashMap::new();
+    let mut previous: Option<(u64, Epoch, Uuid)> = None;
     while let Some(record) = replay.next().await {
         let record = match record {
             Ok(record) => record,
             Err(error) => {
-                violations.push(format!("replay failed: {error}"));
+                violations.push(Violation::Replay(error.to_string()));
                 break;
             }
         };
         records += 1;
         if records == 1 && !matches!(record, Record::Fence(_)) {
-            violations.push("invariant 3: record 1 is not a fence".to_owned());
+            violations.push(Violation::FirstNotFence);
         }
         if record.seq() != records {
-            violations.push(format!(
-                "invariant 1: record {} found where {records} belongs",
-                record.seq()
-            ));
+            violations.push(Violation::Gap {
+                expected: records,
+                found: record.seq(),
+            });
         }
         if let Some(&fence) = fence_epochs.last()
             && record.epoch() < fence
         {
-            violations.push(format!(
-                "invariant 2: record {} of epoch {} after a fence of epoch {fence}",
-                record.seq(),
-                record.epoch()
-            ));
+            violations.push(Violation::StaleRecord {
+                seq: record.seq(),
+                epoch: record.epoch(),
+                fence,
+            });
         }
+        let before = previous.map(|(seq, epoch, _)| (seq, epoch));
         match &record {
             Record::Event(event) if fence_epochs.last() != Some(&event.epoch) => {
-                violations.push(format!(
-                    "invariant 2: event {} of epoch {} is not under a fence of its epoch (last fence: {:?})",
-                    event.seq,
-                    event.epoch,
-                    fence_epochs.last()
-                ));
+                violations.push(Violation::Unfenced {
+                    seq: event.seq,
+                    epoch: event.epoch,
+                    fence: fence_epochs.last().copied(),
+                });
             }
-            Record::Fence(fence)
-                if fence.previous.map(|tip| tip.seq) != previous.map(|p: (u64, Epoch)| p.0)
-                    || fence.previous.map(|tip| tip.epoch) != previous.map(|p| p.1) =>
-            {
-                violations.push(format!(
-                    "invariant 1: fence {} names previous tip {:?}, but the record before it is {previous:?}",
-                    fence.seq,
-                    fence.previous.map(|tip| (tip.seq, tip.epoch))
-                ));
+            Record::Fence(fence) => {
+                let names = fence.previous.map(|tip| (tip.seq, tip.epoch));
+                if names != before {
+                    violations.push(Violation::Fork {
+                        fence: fence.seq,
+                        names,
+                        before,
+                    });
+                }
             }
             _ => {}
         }
-        previous = Some((record.seq(), record.epoch()));
+        previous = Some((record.seq(), record.epoch(), record.nonce()));
         match record {
             Record::Fence(fence) => {
                 if let Some(&last) = fence_epochs.last()
                     && fence.epoch <= last
                 {
-                    violations.push(format!(
-                        "invariant 3: fence {} of epoch {} after a fence of epoch {last}",
-                        fence.seq, fence.epoch
-                    ));
+                    violations.push(Violation::FenceNotIncreasing {
+                        seq: fence.seq,
+                        epoch: fence.epoch,
+                        previous: last,
+                    });
                 }
                 fence_epochs.push(fence.epoch);
             }
             Record::Event(event) => {
                 events += 1;
-                *seen.entry(event.payload).or_default() += 1;
+                placed.entry(event.payload).or_default().push(Placed {
+                    position: records,
+                    epoch: event.epoch,
+                    nonce: event.nonce,
+                });
             }
         }
     }
-    let count = |payload: &Vec<u8>| seen.get(payload).copied().unwrap_or(0);
-    let show = |payload: &Vec<u8>| String::from_utf8_lossy(payload).into_owned();
-    for payload in &history.acknowledged {
-        if count(payload) != 1 {
-            violations.push(format!(
-                "invariant 4: acknowledged append {:?} present {} times",
-                show(payload),
-                count(payload)
-            ));
-        }
+    if !violations.iter().any(|v| matches!(v, Violation::Replay(_))) {
+        check_tip(store, session, replay.revision(), previous, &mut violations).await;
     }
-    let mut unknown_committed = 0;
-    for payload in &history.unknown {
-        match count(payload) {
-            0 => {}
-            1 => unknown_committed += 1,
-            n => violations.push(format!(
-                "invariant 4: outcome-unknown append {:?} present {n} times",
-                show(payload)
-            )),
-        }
-    }
-    for payload in &history.failed {
-        if count(payload) != 0 {
-            violations.push(format!(
-                "invariant 4: append {:?} reported failed is present",
-                show(payload)
-            ));
-        }
-    }
+    let unknown_committed = check_history(history, &placed, &mut violations);
     if violations.is_empty() {
         Ok(JournalReport {
             records,
@@ -204,4 +391,102 @@ pub async fn check_journal(
             violations,
         })
     }
+}
+
+/// The tip at the replay's revision must name the last record (seq, epoch and nonce).
+async fn check_tip(
+    store: &Store,
+    session: Uuid,
+    revision: i64,
+    last: Option<(u64, Epoch, Uuid)>,
+    violations: &mut Vec<Violation>,
+) {
+    let key = store.namespace().tip_key(session);
+    let read = store
+        .connection()
+        .read("check tip", |mut client, _| {
+            let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
+            let key = key.clone();
+            async move { client.get(key, options).await }
+        })
+        .await;
+    let tip = match read {
+        Ok(response) => response
+            .kvs()
+            .first()
+            .and_then(|kv| decode_tip(kv.key(), kv.value()).ok()),
+        Err(error) => {
+            violations.push(Violation::Replay(error.to_string()));
+            return;
+        }
+    };
+    if tip.map(|tip| (tip.seq, tip.epoch, tip.nonce)) != last {
+        violations.push(Violation::TipMismatch {
+            tip: tip.map(|tip| (tip.seq, tip.epoch)),
+            last: last.map(|(seq, epoch, _)| (seq, epoch)),
+        });
+    }
+}
+
+/// Checks invariant 4 against the history; returns how many unknown-outcome appends committed.
+fn check_history(
+    history: &AppendHistory,
+    placed: &HashMap<Vec<u8>, Vec<Placed>>,
+    violations: &mut Vec<Violation>,
+) -> usize {
+    let present = |payload: &Vec<u8>| placed.get(payload).map_or(0, Vec::len) as u32;
+    let mut unknown_committed = 0;
+    // The last acknowledged append's place, per epoch: for the order check.
+    let mut last_acknowledged: HashMap<Epoch, (u64, &Vec<u8>)> = HashMap::new();
+    for (payloads, told) in &history.calls {
+        for payload in payloads {
+            match (told, present(payload)) {
+                (Told::Acknowledged, 1) | (Told::Unknown, 0 | 1) | (Told::Failed, 0) => {}
+                (Told::Acknowledged, n) => violations.push(Violation::Acknowledged {
+                    payload: show(payload),
+                    present: n,
+                }),
+                (Told::Unknown, n) => violations.push(Violation::UnknownRepeated {
+                    payload: show(payload),
+                    present: n,
+                }),
+                (Told::Failed, _) => violations.push(Violation::FailedPresent {
+                    payload: show(payload),
+                }),
+            }
+        }
+        // All or nothing, one contiguous run of one transaction.
+        let places: Vec<Placed> = payloads
+            .iter()
+            .filter_map(|p| placed.get(p).and_then(|v| v.first().copied()))
+            .collect();
+        let whole = places.len() == payloads.len()
+            && places
+                .windows(2)
+                .all(|w| w[1].position == w[0].position + 1 && w[1].nonce == w[0].nonce);
+        if !places.is_empty() && !whole {
+            violations.push(Violation::Torn {
+                first: show(&payloads[0]),
+                present: places.len(),
+                of: payloads.len(),
+            });
+        }
+        if *told == Told::Unknown && whole {
+            unknown_committed += 1;
+        }
+        if *told == Told::Acknowledged
+            && let (Some(first), Some(payload)) = (places.first(), payloads.first())
+        {
+            if let Some(&(position, earlier)) = last_acknowledged.get(&first.epoch)
+                && first.position < position
+            {
+                violations.push(Violation::OutOfOrder {
+                    earlier: show(earlier),
+                    later: show(payload),
+                });
+            }
+            last_acknowledged.insert(first.epoch, (first.position, payload));
+        }
+    }
+    unknown_committed
 }

@@ -54,7 +54,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use crate::fault::{FaultProxy, ProxyMode};
-pub use checker::{AppendHistory, InvariantViolation, JournalReport, check_journal};
+pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageBuild, etcd_binary};
 pub use node::EtcdNode;
