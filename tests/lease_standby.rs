@@ -37,7 +37,7 @@ async fn a_standby_gives_up_cleanly_at_its_deadline() {
     let etcd = common::Etcd::start().await;
     let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
     let session = Uuid::new_v4();
-    let _held = a.acquire_lease(session).await.unwrap();
+    let held = a.acquire_lease(session).await.unwrap();
 
     let started = Instant::now();
     let result = b.acquire_lease_wait(session, Duration::from_secs(2)).await;
@@ -59,4 +59,24 @@ async fn a_standby_gives_up_cleanly_at_its_deadline() {
     .await;
     assert!(cancelled.is_err());
     assert_eq!(b.held_sessions(), 0);
+
+    // --- and once A lets go, no owner key of B's ever appears: nothing stood by on
+    let key = held.owner_key().to_owned();
+    let mut history = etcd.raw.clone().watch(key.as_str(), None).await.unwrap();
+    held.release().await.unwrap();
+    let puts = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            let response = history.message().await.unwrap().unwrap();
+            if response
+                .events()
+                .iter()
+                .any(|e| e.event_type() == etcd_client::EventType::Put)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(puts.is_err(), "B acquired after its standby ended");
+    assert_eq!(common::create_revision(&etcd.raw, &key).await, 0);
 }
