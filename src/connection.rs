@@ -392,9 +392,11 @@ impl Connection {
     }
 
     /// Gives `member` a fresh unary client, so that its next request opens a new connection.
-    /// A member that was killed leaves its open connections silent (no reset arrives), while
-    /// a new connection to it is refused at once; one that is alive reconnects in a moment.
-    /// Requests in flight on the old connection are not disturbed.
+    /// A connection that got no answer may be dead without knowing it (a host that vanished
+    /// behind a network fault sends no reset, and HTTP/2 pings notice only after 15 s); a new
+    /// connection to a member that is gone fails at once or within the connect timeout, and
+    /// one to a member that is alive opens in a moment. Requests in flight on the old
+    /// connection are not disturbed.
     async fn reconnect(&self, member: &Member) {
         let endpoint = member.endpoint.as_str();
         match Client::connect([endpoint], Some(self.client_options.clone())).await {
