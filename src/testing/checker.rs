@@ -47,6 +47,12 @@ impl AppendHistory {
         self.calls.push((payloads, told));
     }
 
+    /// Appends another writer's history to this one (e.g. the old owner's, then the new
+    /// one's).
+    pub fn merge(&mut self, other: &AppendHistory) {
+        self.calls.extend(other.calls.iter().cloned());
+    }
+
     /// Records a call whose outcome stayed unknown, e.g. of a writer that crashed while its
     /// append was in flight.
     pub fn record_unknown<P: AsRef<[u8]>>(&mut self, payloads: &[P]) {
