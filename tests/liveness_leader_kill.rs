@@ -1,15 +1,16 @@
 //! The leader of a 3-member cluster is killed under continuous appends on 20 sessions: every
 //! journal advances again within 3 s (etcd's election takes about 1 s; a proposal that a
 //! follower forwarded to the dying leader would otherwise wait out etcd's 7 s request timeout),
-//! and every journal passes the checker.
+//! and every journal passes the checker. Should the election itself take longer than 1.5 s
+//! (a loaded machine), the bound is the election plus 1.5 s.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::testing::{EtcdCluster, check_journal, random_namespace};
-use leasehold::{CancellationToken, Uuid};
+use leasehold::testing::{EtcdCluster, check_journal, random_namespace, wait_for};
+use leasehold::{CancellationToken, ConnectOptions, Connection, RetryPolicy, Uuid};
 use tokio::time::Instant;
 
 const SESSIONS: usize = 20;
@@ -44,10 +45,20 @@ async fn every_journal_advances_within_three_seconds_of_a_leader_kill() {
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // --- phase: the leader dies
+    // --- phase: the leader dies; the survivors elect a new one
+    let old_leader = cluster.member_id(leader);
+    let survivors: Vec<String> = (0..cluster.len())
+        .filter(|i| *i != leader)
+        .map(|i| cluster.endpoint(i).to_owned())
+        .collect();
     let killed = Instant::now();
     cluster.kill(leader).await.unwrap();
-    tokio::time::sleep(BOUND * 2).await;
+    let elected = wait_for("a new leader", BOUND * 2, || {
+        new_leader(&survivors, old_leader)
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep_until(killed + BOUND * 2).await;
     let ended = Instant::now();
     stop.cancel();
 
@@ -66,11 +77,37 @@ async fn every_journal_advances_within_three_seconds_of_a_leader_kill() {
             .unwrap_or_else(|violation| panic!("{violation}"));
         assert_eq!(report.events as usize, history.acknowledged());
     }
-    println!("every journal advanced within {worst:?} of the leader kill");
-    assert!(
-        worst <= BOUND,
-        "a journal stalled {worst:?} after the leader kill"
+    let election = elected - killed;
+    println!(
+        "every journal advanced within {worst:?} of the leader kill (the election took {election:?})"
     );
+    // No client can write before etcd has a leader again. The election usually takes about
+    // 1 s; when a loaded machine makes it slower, the bound counts from the election instead.
+    let bound = BOUND.max(election + (BOUND - Duration::from_millis(1500)));
+    assert!(
+        worst <= bound,
+        "a journal stalled {worst:?} after the leader kill (election {election:?}, bound {bound:?})"
+    );
+}
+
+/// The instant both survivors agree on a new leader, if they do now.
+async fn new_leader(survivors: &[String], old: u64) -> Option<Instant> {
+    for endpoint in survivors {
+        let options = ConnectOptions::new([endpoint.as_str()]).with_retry(RetryPolicy {
+            deadline: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        });
+        let status = Connection::connect(options)
+            .await
+            .ok()?
+            .status()
+            .await
+            .ok()?;
+        if status.leader_id == 0 || status.leader_id == old {
+            return None;
+        }
+    }
+    Some(Instant::now())
 }
 
 /// The longest time without an acknowledged append between `from` and `to`.
