@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::testing::{AppendHistory, FaultProxy, check_journal};
@@ -12,12 +11,14 @@ use leasehold::{JournalWriteError, Uuid};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_append_after_the_owner_key_is_gone_is_refused_by_its_owner_compare() {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 3).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
+    let common::ProxiedJournal {
+        journal,
+        lease: _lease,
+        store,
+        session,
+        proxy,
+        etcd,
+    } = common::ProxiedJournal::start(3).await;
     let mut history = AppendHistory::default();
     let result = journal.append("before").await;
     history.record(&["before"], &result);

@@ -18,12 +18,14 @@ const BLIP: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_journal_resumes_after_a_blip_of_fast_unknown_outcomes() {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
+    let common::ProxiedJournal {
+        journal,
+        lease,
+        store,
+        session,
+        proxy,
+        etcd: _etcd,
+    } = common::ProxiedJournal::start(10).await;
 
     // --- phase: one writer appends continuously; its results are its history
     let stop = CancellationToken::new();

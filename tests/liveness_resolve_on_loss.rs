@@ -4,20 +4,21 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::testing::{AppendHistory, FaultProxy, check_journal};
-use leasehold::{JournalWriteError, LossReason, Uuid};
+use leasehold::testing::{AppendHistory, check_journal};
+use leasehold::{JournalWriteError, LossReason};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unanswered_append_is_settled_by_reading_once_the_lease_is_lost() {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
+    let common::ProxiedJournal {
+        journal,
+        lease,
+        store,
+        session,
+        proxy,
+        etcd,
+    } = common::ProxiedJournal::start(10).await;
     let mut history = AppendHistory::default();
     let result = journal.append("before").await;
     history.record(&["before"], &result);

@@ -163,3 +163,36 @@ pub(crate) fn append_continuously(
         appends
     })
 }
+
+/// A store that reaches etcd through a fault proxy, with a journal open on a fresh session.
+pub(crate) struct ProxiedJournal {
+    pub(crate) journal: std::sync::Arc<leasehold::Journal>,
+    pub(crate) lease: leasehold::Lease,
+    pub(crate) store: Store,
+    pub(crate) session: leasehold::Uuid,
+    pub(crate) proxy: leasehold::testing::FaultProxy,
+    // Last: the container outlives the rest.
+    pub(crate) etcd: Etcd,
+}
+
+impl ProxiedJournal {
+    /// Starts etcd, a proxy to it, and store "a" (node lease TTL `ttl`) through the proxy.
+    pub(crate) async fn start(ttl: u64) -> Self {
+        let etcd = Etcd::start().await;
+        let proxy = leasehold::testing::FaultProxy::start(etcd.node.endpoint())
+            .await
+            .unwrap();
+        let store = store(&[proxy.endpoint()], &etcd.ns, "a", ttl).await;
+        let session = leasehold::Uuid::new_v4();
+        let lease = store.acquire_lease(session).await.unwrap();
+        let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+        Self {
+            journal: std::sync::Arc::new(journal),
+            lease,
+            store,
+            session,
+            proxy,
+            etcd,
+        }
+    }
+}
