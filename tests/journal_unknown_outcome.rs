@@ -3,56 +3,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::testing::{AppendHistory, FaultProxy, check_journal, wait_for};
-use leasehold::{Appended, Journal, JournalWriteError, Lease, Store};
-use tokio::task::JoinHandle;
-use uuid::Uuid;
+use leasehold::testing::{AppendHistory, check_journal};
 
-/// Store A reaches etcd through a fault proxy, with a journal open on a fresh session.
-struct Writer {
-    journal: Arc<Journal>,
-    lease: Lease,
-    store: Store,
-    session: Uuid,
-    proxy: FaultProxy,
-    etcd: common::Etcd,
-}
-
-async fn writer() -> Writer {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 30).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
-    Writer {
-        journal,
-        lease,
-        store,
-        session,
-        proxy,
-        etcd,
-    }
-}
-
-impl Writer {
-    fn append(&self, payload: &'static str) -> JoinHandle<Result<Appended, JournalWriteError>> {
-        let journal = self.journal.clone();
-        tokio::spawn(async move { journal.append(payload).await })
-    }
-
-    /// Waits until record `seq` is in etcd (seen from outside).
-    async fn committed(&self, seq: u64) {
-        let key = self.etcd.ns.record_key(self.session, seq);
-        wait_for("the append to commit", Duration::from_secs(5), || async {
-            (common::create_revision(&self.etcd.raw, &key).await > 0).then_some(())
-        })
-        .await
-        .unwrap();
-    }
+async fn writer() -> common::ProxiedJournal {
+    common::ProxiedJournal::start(30).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

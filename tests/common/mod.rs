@@ -195,4 +195,23 @@ impl ProxiedJournal {
             etcd,
         }
     }
+
+    /// Appends `payload` on a task of its own.
+    pub(crate) fn append(
+        &self,
+        payload: &'static str,
+    ) -> tokio::task::JoinHandle<Result<leasehold::Appended, leasehold::JournalWriteError>> {
+        let journal = self.journal.clone();
+        tokio::spawn(async move { journal.append(payload).await })
+    }
+
+    /// Waits until record `seq` is in etcd (seen from outside).
+    pub(crate) async fn committed(&self, seq: u64) {
+        let key = self.etcd.ns.record_key(self.session, seq);
+        leasehold::testing::wait_for("the append to commit", Duration::from_secs(5), || async {
+            (create_revision(&self.etcd.raw, &key).await > 0).then_some(())
+        })
+        .await
+        .unwrap();
+    }
 }
