@@ -175,6 +175,12 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
         // --- renew every TTL/3 until the stream fails or stalls
         let mut next = sent + every;
         loop {
+            // A renewal unanswered for half an interval means a stalled stream (etcd answers in
+            // milliseconds): re-open it then, leaving most of the deadline's slack for the new
+            // stream, rather than at the next renewal.
+            let stalled = validity
+                .oldest_outstanding()
+                .map_or(validity.valid_until(), |oldest| oldest + every / 2);
             tokio::select! {
                 _ = shared.shutdown.cancelled() => return End::Shutdown,
                 _ = sleep_until(validity.valid_until()) => {
@@ -182,13 +188,13 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                         return End::Lost(LossReason::Expired);
                     }
                 }
+                _ = sleep_until(stalled), if validity.oldest_outstanding().is_some() => {
+                    tracing::debug!(%endpoint, "keepalive unanswered for half an interval; re-opening");
+                    shared.connection.rotate();
+                    break;
+                }
                 _ = sleep_until(next) => {
                     let now = Instant::now();
-                    if validity.oldest_outstanding().is_some_and(|oldest| now - oldest >= every) {
-                        tracing::debug!(%endpoint, "keepalive unanswered for a whole interval; re-opening");
-                        shared.connection.rotate();
-                        break;
-                    }
                     validity.sent(now);
                     if keeper.keep_alive().await.is_err() {
                         break;
