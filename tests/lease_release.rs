@@ -56,3 +56,31 @@ async fn dropping_a_lease_releases_it_in_the_background() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_release_never_deletes_the_successors_key() {
+    let etcd = common::Etcd::start().await;
+    let ns = &etcd.ns;
+    let (a, b) = (etcd.store("a", 10).await, etcd.store("b", 10).await);
+    let raw = &etcd.raw;
+    let session = Uuid::new_v4();
+    let key = ns.owner_key(session);
+    let stale = a.acquire_lease(session).await.unwrap();
+
+    // An admin takes the session from a; b owns it at once.
+    raw.clone().delete(key.as_str(), None).await.unwrap();
+    let successor = b.acquire_lease(session).await.unwrap();
+    assert!(successor.epoch() > stale.epoch());
+
+    // a's release still sends its delete (its node lease is alive): etcd refuses it, since
+    // the key it names was created at a's epoch and that key is gone.
+    stale.release().await.expect("a release that finds nothing of its own is fine");
+    assert_eq!(
+        common::create_revision(raw, &key).await,
+        successor.epoch().0 as i64,
+        "b's key stands"
+    );
+    let alive = tokio::time::timeout(Duration::from_secs(1), successor.lost()).await;
+    assert!(alive.is_err(), "b keeps its lease: {alive:?}");
+    assert!(successor.is_valid());
+}

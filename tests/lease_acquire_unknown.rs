@@ -1,0 +1,96 @@
+//! An acquisition whose reply is lost is sent again and settled by its nonce: the caller gets
+//! the lease its first send created, written once. An owner key of this store that no lease
+//! adopted (what a late commit leaves behind) is deleted.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::testing::{FaultProxy, wait_for};
+use leasehold::{LossReason, Uuid};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquisition_whose_reply_was_dropped_adopts_its_own_key_written_once() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
+    let session = Uuid::new_v4();
+    let key = etcd.ns.owner_key(session);
+
+    proxy.drop_replies();
+    let pending = {
+        let store = std::sync::Arc::new(store);
+        let acquiring = store.clone();
+        (
+            tokio::spawn(async move { acquiring.acquire_lease(session).await }),
+            store,
+        )
+    };
+    let (pending, store) = pending;
+    // The first send commits; its reply, and those of the re-sends, never arrive.
+    let created = wait_for("the acquisition to commit", Duration::from_secs(5), || async {
+        Some(common::create_revision(&etcd.raw, &key).await).filter(|&r| r > 0)
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!pending.is_finished(), "nothing answered yet");
+    proxy.heal();
+
+    let lease = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .expect("settles once replies flow")
+        .unwrap()
+        .expect("its own key is adopted, not reported held");
+    assert_eq!(lease.epoch().0, created as u64);
+    let kv = etcd.raw.clone().get(key.as_str(), None).await.unwrap();
+    let kv = &kv.kvs()[0];
+    assert_eq!(kv.version(), 1, "written once: the re-sends only compared");
+    assert_eq!(common::count(&etcd.raw, &etcd.ns.owners_prefix()).await, 1);
+    assert!(lease.is_valid());
+    assert_eq!(store.held_sessions(), 1);
+    lease.release().await.unwrap();
+    assert_eq!(common::create_revision(&etcd.raw, &key).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owner_key_of_ours_that_no_lease_adopted_is_deleted() {
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let raw = &etcd.raw;
+
+    // This store's identity, as its owner keys carry it: `leasehold-owner/1 {store} {nonce} {node}`.
+    let held = store.acquire_lease(Uuid::new_v4()).await.unwrap();
+    let value = raw.clone().get(held.owner_key(), None).await.unwrap();
+    let value = std::str::from_utf8(value.kvs()[0].value()).unwrap().to_owned();
+    let fields: Vec<&str> = value.splitn(4, ' ').collect();
+    let (store_id, node) = (fields[1], fields[3]);
+
+    // What a late commit of an abandoned acquisition leaves: a key of this store, on its node
+    // lease, with a nonce no lease of it holds.
+    let orphan_session = Uuid::new_v4();
+    let orphan_key = etcd.ns.owner_key(orphan_session);
+    let orphan_value = format!("leasehold-owner/1 {store_id} {} {node}", Uuid::new_v4());
+    let node_lease = store.node_lease_id().expect("a node lease");
+    raw.clone()
+        .put(
+            orphan_key.as_str(),
+            orphan_value,
+            Some(etcd_client::PutOptions::new().with_lease(node_lease)),
+        )
+        .await
+        .unwrap();
+
+    // The node lease lives on, so only the store's own cleanup can remove it.
+    wait_for("the orphan key deleted", Duration::from_secs(5), || async {
+        (common::create_revision(raw, &orphan_key).await == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(store.held_sessions(), 1);
+    assert!(held.is_valid(), "the held lease is untouched");
+    assert_eq!(held.loss_reason(), None::<LossReason>);
+    // The session is free: the store acquires it like any other.
+    let next = store.acquire_lease(orphan_session).await.unwrap();
+    assert!(next.is_valid());
+}
