@@ -202,6 +202,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_reply_arriving_after_the_deadline_does_not_revive_the_lease() {
+        let start = Instant::now();
+        let mut validity = Validity::granted(start, TTL, MARGIN);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        validity.sent(Instant::now());
+        // The reply was held up in the network past the deadline (t = 8).
+        tokio::time::advance(Duration::from_millis(8500)).await;
+        let now = Instant::now();
+        assert!(!validity.is_valid_at(now));
+        assert_eq!(
+            validity.replied(9),
+            Renewal::Renewed {
+                valid_until: start + Duration::from_millis(500 + 9000 - 1000)
+            }
+        );
+        assert!(
+            !validity.is_valid_at(now),
+            "anchored at the send instant, the renewal ended before it arrived"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_deadline_never_moves_backwards() {
         let start = Instant::now();
         let mut validity = Validity::granted(start, TTL, MARGIN);

@@ -1,0 +1,89 @@
+//! The keepalive driver on its own: a stalled stream is re-opened on another member before the
+//! deadline, and etcd saying the node lease is gone loses it at once, with nothing else to
+//! tell.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::testing::{FaultProxy, wait_for};
+use leasehold::{LossReason, Uuid};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_keepalive_stream_moves_to_another_member_before_the_deadline() {
+    let etcd = common::Etcd::start().await;
+    // Two ways to the same member; one of them carries the keepalive stream at any time.
+    let proxies = [
+        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
+        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
+    ];
+    let endpoints: Vec<String> = proxies.iter().map(FaultProxy::endpoint).collect();
+    // TTL 3 s, margin 0.5 s: renewals every second, the deadline 2.5 s after the last one
+    // answered. A stream left stalled would lose the lease within 2.5 s.
+    let store = common::store(&endpoints, &etcd.ns, "a", 3).await;
+    let node_lease = store.node_lease_id();
+    let lease = store.acquire_lease(Uuid::new_v4()).await.unwrap();
+
+    // Silence each way in turn for longer than the TTL: whichever carries the stream stalls.
+    for proxy in &proxies {
+        proxy.blackhole();
+        let until = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < until {
+            assert!(
+                store.is_node_lease_valid(),
+                "the node lease stayed valid: the stream moved"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proxy.heal();
+    }
+    assert_eq!(lease.loss_reason(), None);
+    assert!(lease.is_valid());
+    assert_eq!(
+        store.node_lease_id(),
+        node_lease,
+        "the same node lease throughout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_lease_gone_at_etcd_is_lost_at_the_next_renewal() {
+    let etcd = common::Etcd::start().await;
+    let raw = &etcd.raw;
+    // TTL 9 s, margin 1 s: renewals every 3 s, the deadline up to 8 s away.
+    let store = etcd.store("a", 9).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let node_lease = store.node_lease_id().unwrap();
+
+    // Detach the owner key from the node lease (same value, same create_revision: the watch
+    // sees nothing that ends ownership), then revoke the node lease: it deletes nothing, so
+    // only the keepalive can tell.
+    let key = etcd.ns.owner_key(session);
+    let value = raw.clone().get(key.as_str(), None).await.unwrap().kvs()[0]
+        .value()
+        .to_vec();
+    raw.clone().put(key.as_str(), value, None).await.unwrap();
+    let revoked = Instant::now();
+    raw.clone().lease_revoke(node_lease).await.unwrap();
+
+    let reason = tokio::time::timeout(Duration::from_secs(10), lease.lost())
+        .await
+        .expect("lost");
+    let after = revoked.elapsed();
+    println!("lost after {after:?}: {reason}");
+    assert_eq!(reason, LossReason::KeepaliveFailed);
+    assert!(
+        after < Duration::from_millis(4500),
+        "at the next renewal (every 3 s), not at the deadline (5 s or more): {after:?}"
+    );
+    // A fresh node lease replaces it.
+    wait_for("a fresh node lease", Duration::from_secs(5), || async {
+        store
+            .node_lease_id()
+            .filter(|&id| id != node_lease && store.is_node_lease_valid())
+    })
+    .await
+    .unwrap();
+}
