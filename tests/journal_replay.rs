@@ -145,15 +145,79 @@ async fn pages_shrink_to_fit_large_records() {
     let session = Uuid::new_v4();
     let lease = store.acquire_lease(session).await.unwrap();
     let journal = store.open_journal(session, Some(&lease)).await.unwrap();
-    // Ten 600 KiB events: a page of all of them would be far over etcd-client's 4 MiB.
+    // Small records first, so that pages are sized for them; then ten 600 KiB events: a page
+    // sized for the small ones takes them all, far over etcd-client's 4 MiB reply limit, and
+    // must be read again, smaller.
+    let mut sizes = Vec::new();
+    for i in 0..20u8 {
+        journal.append(vec![i; 100]).await.unwrap();
+        sizes.push(100);
+    }
     for i in 0..10u8 {
         journal.append(vec![b'a' + i; 600 * 1024]).await.unwrap();
+        sizes.push(600 * 1024);
     }
     let mut replay = store.replay_records(session);
     let mut seqs = Vec::new();
+    let mut events = Vec::new();
     while let Some(record) = replay.next().await {
         let record = record.expect("pages shrink instead of failing");
         seqs.push(record.seq());
+        if let Record::Event(event) = record {
+            events.push(event.payload.len());
+        }
     }
-    assert_eq!(seqs, (1..=11).collect::<Vec<u64>>());
+    assert_eq!(seqs, (1..=31).collect::<Vec<u64>>());
+    assert_eq!(events, sizes);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_whose_snapshot_is_compacted_away_is_a_typed_error() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let ns = random_namespace();
+    let store = common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await;
+    let raw = common::raw(etcd.endpoint()).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    for i in 0..10 {
+        journal.append(format!("event {i}")).await.unwrap();
+    }
+    let mut replay = store.replay_with(
+        session,
+        ReplayOptions {
+            page_records: 2,
+            ..ReplayOptions::default()
+        },
+    );
+    // The first page fixes the snapshot.
+    replay.next().await.unwrap().unwrap();
+    let snapshot = replay.revision();
+    assert!(snapshot > 0);
+    // The history moves on and is compacted past the snapshot.
+    journal.append("later").await.unwrap();
+    let now = common::revision(&raw).await;
+    raw.clone()
+        .compact(
+            now,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    let mut read = 1;
+    let error = loop {
+        match replay.next().await {
+            Some(Ok(_)) => read += 1,
+            Some(Err(error)) => break error,
+            None => panic!("the replay ended after {read} records without noticing"),
+        }
+    };
+    match error {
+        ReplayError::Compacted { revision } => assert_eq!(revision, snapshot),
+        other => panic!("expected Compacted, got {other:?}"),
+    }
+    assert!(replay.next().await.is_none(), "the replay ends there");
+    // A new replay reads the current state.
+    let records = store.replay_records(session).count().await;
+    assert_eq!(records, 12);
 }

@@ -26,6 +26,10 @@ async fn a_committed_append_whose_reply_was_dropped_is_reported_committed() {
     history.record(&["x"], &result);
     let appended = result.expect("resolved as committed");
     assert_eq!(appended.first_seq, 2);
+    // Written once: the re-sends while replies were dropped only compared, never re-applied.
+    let record = a.etcd.ns.record_key(a.session, 2);
+    let written = a.etcd.raw.clone().get(record.as_str(), None).await.unwrap();
+    assert_eq!(written.kvs()[0].version(), 1, "the record was put once");
     let result = a.journal.append("y").await;
     history.record(&["y"], &result);
     result.expect("the journal goes on");
