@@ -1,11 +1,16 @@
-//! The composition root's shutdown order, as etcd itself recorded it.
+//! The composition root's shutdown order, as etcd itself recorded it: the append in flight
+//! first, then the workspace root, then the lease; and the workspace root goes with a lost
+//! session too.
 
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use etcd_client::WatchOptions;
 use leasehold::rig::{RigError, WorkspaceHeldError};
-use leasehold::testing::{EtcdNode, random_namespace};
-use leasehold::{LossReason, Rig};
+use leasehold::testing::{EtcdNode, FaultProxy, random_namespace, wait_for};
+use leasehold::{JournalWriteError, LossReason, Rig};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -79,4 +84,86 @@ async fn a_workspace_owned_by_another_session_is_a_typed_error() {
     Rig::open(&store, second, "shared")
         .await
         .expect("free once the first shut down");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_waits_for_the_append_in_flight_then_refuses_appends() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
+    let raw = &etcd.raw;
+    let session = Uuid::new_v4();
+    let rig = Arc::new(Rig::open(&store, session, "ws-1").await.unwrap());
+    let (owner_key, workspace_key) = (etcd.ns.owner_key(session), rig.workspace_key().to_owned());
+
+    // The append (record 2, after the fence) cannot reach etcd until the filter is lifted.
+    proxy.reject_requests_containing(etcd.ns.record_key(session, 2));
+    let append = {
+        let rig = rig.clone();
+        tokio::spawn(async move { rig.journal().append("the last event").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shutdown = {
+        let rig = rig.clone();
+        tokio::spawn(async move { rig.shutdown().await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!append.is_finished() && !shutdown.is_finished());
+    assert!(
+        common::create_revision(raw, &workspace_key).await > 0
+            && common::create_revision(raw, &owner_key).await > 0,
+        "nothing is released while an append is in flight"
+    );
+
+    proxy.clear_request_filter();
+    let appended = append.await.unwrap().expect("the append in flight commits");
+    shutdown.await.unwrap().expect("then the rig shuts down");
+    assert!(matches!(
+        rig.journal().append("too late").await,
+        Err(JournalWriteError::Closed)
+    ));
+    let mut events = raw
+        .clone()
+        .watch(
+            etcd.ns.prefix(),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(appended.revision),
+            ),
+        )
+        .await
+        .unwrap();
+    let deleted = common::delete_revisions(&mut events, &[&workspace_key, &owner_key]).await;
+    assert!(appended.revision < deleted[0] && deleted[0] < deleted[1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_session_releases_its_workspace_root() {
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let raw = &etcd.raw;
+    let session = Uuid::new_v4();
+    let rig = Rig::open(&store, session, "ws-1").await.unwrap();
+    let workspace_key = rig.workspace_key().to_owned();
+    assert!(common::create_revision(raw, &workspace_key).await > 0);
+
+    // An admin takes the session: the rig is lost, and its workspace root goes.
+    raw.clone()
+        .delete(etcd.ns.owner_key(session), None)
+        .await
+        .unwrap();
+    assert_eq!(rig.lost().await, LossReason::Revoked);
+    wait_for(
+        "the workspace root deleted",
+        Duration::from_secs(5),
+        || async { (common::create_revision(raw, &workspace_key).await == 0).then_some(()) },
+    )
+    .await
+    .unwrap();
+    // The session and its workspace are free for the next owner.
+    let next = Rig::open(&store, session, "ws-1")
+        .await
+        .expect("free again");
+    next.shutdown().await.unwrap();
 }
