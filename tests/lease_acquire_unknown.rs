@@ -28,9 +28,11 @@ async fn an_acquisition_whose_reply_was_dropped_adopts_its_own_key_written_once(
     };
     let (pending, store) = pending;
     // The first send commits; its reply, and those of the re-sends, never arrive.
-    let created = wait_for("the acquisition to commit", Duration::from_secs(5), || async {
-        Some(common::create_revision(&etcd.raw, &key).await).filter(|&r| r > 0)
-    })
+    let created = wait_for(
+        "the acquisition to commit",
+        Duration::from_secs(5),
+        || async { Some(common::create_revision(&etcd.raw, &key).await).filter(|&r| r > 0) },
+    )
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -62,7 +64,9 @@ async fn an_owner_key_of_ours_that_no_lease_adopted_is_deleted() {
     // This store's identity, as its owner keys carry it: `leasehold-owner/1 {store} {nonce} {node}`.
     let held = store.acquire_lease(Uuid::new_v4()).await.unwrap();
     let value = raw.clone().get(held.owner_key(), None).await.unwrap();
-    let value = std::str::from_utf8(value.kvs()[0].value()).unwrap().to_owned();
+    let value = std::str::from_utf8(value.kvs()[0].value())
+        .unwrap()
+        .to_owned();
     let fields: Vec<&str> = value.splitn(4, ' ').collect();
     let (store_id, node) = (fields[1], fields[3]);
 

@@ -74,7 +74,10 @@ async fn a_stale_release_never_deletes_the_successors_key() {
 
     // a's release still sends its delete (its node lease is alive): etcd refuses it, since
     // the key it names was created at a's epoch and that key is gone.
-    stale.release().await.expect("a release that finds nothing of its own is fine");
+    stale
+        .release()
+        .await
+        .expect("a release that finds nothing of its own is fine");
     assert_eq!(
         common::create_revision(raw, &key).await,
         successor.epoch().0 as i64,
