@@ -1,6 +1,33 @@
-//! `leasehold demo` tells the whole story and exits 0.
+//! `leasehold demo` tells the whole story and exits 0, and its timeline is true: node-a learns
+//! that it lost each of its sessions (from its own deadline) before node-c takes that session
+//! over, by the event times the demo prints, not by the order of its lines.
 
+use std::collections::HashMap;
 use std::process::Command;
+
+/// The session and event time of every line that contains `phrase`: the session is the word
+/// right after the phrase, the time the number before the first `s` unit after it
+/// (`… at 2.183 s: …`).
+fn event_times(stdout: &str, phrase: &str) -> HashMap<String, f64> {
+    let mut times = HashMap::new();
+    for line in stdout.lines() {
+        let Some((_, rest)) = line.split_once(phrase) else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let session = words
+            .first()
+            .unwrap_or_else(|| panic!("no session: {line}"));
+        let time = words
+            .windows(2)
+            .find(|w| w[1].trim_end_matches([':', ',']) == "s")
+            .and_then(|w| w[0].parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no event time: {line}"));
+        let earlier = times.insert((*session).to_owned(), time);
+        assert!(earlier.is_none(), "one {phrase:?} line per session: {line}");
+    }
+    times
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_demo_prints_the_timeline_and_exits_0() {
@@ -36,8 +63,23 @@ async fn the_demo_prints_the_timeline_and_exits_0() {
     ] {
         assert!(stdout.contains(line), "missing {line:?}");
     }
-    // node-a knew before node-c owned.
-    let knew = stdout.find("node-a knows it lost").unwrap();
-    let took = stdout.find("node-c took over").unwrap();
-    assert!(knew < took);
+
+    // --- node-a knew of each loss before node-c owned that session
+    let lost = event_times(&stdout, "node-a knows it lost session ");
+    let taken = event_times(&stdout, "node-c took over session ");
+    assert_eq!(lost.len(), 2, "node-a loses its two sessions: {lost:?}");
+    assert_eq!(taken.len(), 4, "node-c takes all four sessions: {taken:?}");
+    for (session, lost_at) in &lost {
+        let taken_at = taken
+            .get(session)
+            .unwrap_or_else(|| panic!("node-c took over node-a's session {session}"));
+        println!(
+            "session {session}: node-a knew at {lost_at:.3} s, node-c owned at {taken_at:.3} s"
+        );
+        assert!(
+            lost_at < taken_at,
+            "session {session}: node-a learned of its loss at {lost_at:.3} s, \
+             not before node-c took it over at {taken_at:.3} s"
+        );
+    }
 }

@@ -7,17 +7,26 @@
 //! that it lost ownership, etcd expires its lease, node-c takes over with a fence, and when
 //! node-a wakes up its stale append is refused with `AppendError`. node-b then leaves
 //! gracefully and node-c takes its sessions at once. Last, every journal is printed.
+//!
+//! node-c's four acquisitions run from the moment it stands by, each on a task of its own, and
+//! each notes the time it completed; node-a's loss is timed the same way. The lines carry these
+//! event times (`node-a knows it lost session … at 2.183 s`, `node-c took over session … at
+//! epoch … at 2.902 s`), so the order they show is the order things happened, not the order of
+//! the code that prints them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use leasehold::fault::FaultProxy;
 use leasehold::{
-    ConnectOptions, Connection, JournalWriteError, Namespace, Record, RetryPolicy, Rig, Store,
+    AcquireError, ConnectOptions, Connection, JournalWriteError, Lease, Lost, Namespace, Record,
+    RetryPolicy, Rig, Store,
 };
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 use super::node::{Timeline, numbered_session};
@@ -144,7 +153,7 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         .map_err(Failure::runtime)?;
     let a = connect(options("node-a", vec![proxy.endpoint()])?).await?;
     let b = connect(options("node-b", endpoints.clone())?).await?;
-    let c = connect(options("node-c", endpoints.clone())?).await?;
+    let c = Arc::new(connect(options("node-c", endpoints.clone())?).await?);
     say(
         "demo",
         format_args!("three nodes, node lease TTL 3 s, safety margin 1 s, namespace {namespace}"),
@@ -180,22 +189,35 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         }
         rigs.push(Some(rig));
     }
-    let mut standbys = Vec::new();
-    for session in &sessions {
-        let lease = c.acquire_lease_wait(*session, Duration::from_secs(60));
-        standbys.push(lease);
-    }
+    // Each acquisition on a task of its own, running from now on, noting when it completed.
+    let mut standbys: Vec<AbortOnDropHandle<(Result<Lease, AcquireError>, Duration)>> = sessions
+        .iter()
+        .map(|session| {
+            let (c, session, timeline) = (c.clone(), *session, timeline.clone());
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                let lease = c.acquire_lease_wait(session, Duration::from_secs(60)).await;
+                (lease, timeline.elapsed())
+            }))
+        })
+        .collect();
     say(
         "node-c",
         format_args!("stands by on all four sessions (watching their owner keys)"),
     );
-    let mut standbys: Vec<_> = standbys.into_iter().map(Box::pin).collect();
 
     // --- node-a freezes as it sends an append
     let frozen = rigs[0].take().expect("node-a's first rig");
     let second = rigs[1].take().expect("node-a's second rig");
-    let frozen_lost = frozen.lost();
-    let second_lost = second.lost();
+    // When node-a learns of each loss, timed as the acquisitions are.
+    let lost_at = |lost: Lost| {
+        let timeline = timeline.clone();
+        async move {
+            let reason = lost.await;
+            (reason, timeline.elapsed())
+        }
+    };
+    let frozen_lost = lost_at(frozen.lost());
+    let second_lost = lost_at(second.lost());
     say(
         "node-a",
         format_args!("freezes (a long GC pause): its connection to etcd goes silent"),
@@ -209,18 +231,26 @@ async fn demo(common: &Common) -> Result<(), Failure> {
             .await;
         (result, frozen)
     });
-    let reason = frozen_lost.await;
-    say(
-        "node-a",
-        format_args!(
-            "knows it lost session {}: {reason} (its own deadline; no one else owns it yet)",
-            short(&sessions[0])
-        ),
-    );
-    second_lost.await;
+    let losses = tokio::join!(frozen_lost, second_lost);
+    for (i, (reason, at)) in [losses.0, losses.1].into_iter().enumerate() {
+        let whose = if standbys[i].is_finished() {
+            "but node-c already took it over"
+        } else {
+            "its own deadline; no one else owns it yet"
+        };
+        say(
+            "node-a",
+            format_args!(
+                "knows it lost session {} at {:.3} s: {reason} ({whose})",
+                short(&sessions[i]),
+                at.as_secs_f64()
+            ),
+        );
+    }
     let mut taken = Vec::new();
     for (i, standby) in standbys.iter_mut().enumerate().take(2) {
-        let lease = standby.as_mut().await.map_err(Failure::runtime)?;
+        let (lease, at) = standby.await.map_err(Failure::runtime)?;
+        let lease = lease.map_err(Failure::runtime)?;
         let epoch = lease.epoch();
         let rig = Rig::with_lease(&c, lease, &format!("ws-{}", sessions[i]))
             .await
@@ -228,8 +258,9 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         say(
             "node-c",
             format_args!(
-                "took over session {} at epoch {epoch} once etcd expired node-a's lease; its fence is in",
-                short(&sessions[i])
+                "took over session {} at epoch {epoch} at {:.3} s, once etcd expired node-a's lease; its fence is in",
+                short(&sessions[i]),
+                at.as_secs_f64()
             ),
         );
         taken.push(rig);
@@ -269,19 +300,21 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         "node-b",
         format_args!("leaves gracefully: last append, workspace root, lease"),
     );
-    let left = Instant::now();
+    let left = timeline.elapsed();
     for rig in rigs.iter_mut().skip(2).filter_map(Option::take) {
         rig.shutdown().await.map_err(Failure::runtime)?;
     }
     for (i, standby) in standbys.iter_mut().enumerate().skip(2) {
-        let lease = standby.as_mut().await.map_err(Failure::runtime)?;
+        let (lease, at) = standby.await.map_err(Failure::runtime)?;
+        let lease = lease.map_err(Failure::runtime)?;
         say(
             "node-c",
             format_args!(
-                "took over session {} at epoch {} after {} ms",
+                "took over session {} at epoch {} at {:.3} s, {} ms after node-b began to leave",
                 short(&sessions[i]),
                 lease.epoch(),
-                left.elapsed().as_millis()
+                at.as_secs_f64(),
+                at.saturating_sub(left).as_millis()
             ),
         );
         let rig = Rig::with_lease(&c, lease, &format!("ws-{}", sessions[i]))
@@ -327,7 +360,7 @@ async fn demo(common: &Common) -> Result<(), Failure> {
     for rig in taken {
         rig.shutdown().await.map_err(Failure::runtime)?;
     }
-    for store in [&a, &b, &c] {
+    for store in [&a, &b, &*c] {
         store.close().await;
     }
     say("demo", format_args!("done"));

@@ -8,12 +8,23 @@
 //! or SIGINT it shuts every session down in order (last append, workspace root, lease) and
 //! exits 0.
 //!
+//! The heartbeat of beat `n` under epoch `e` is the event `heartbeat {node} epoch={e} beat={n}`:
+//! unique within its journal, since every ownership of a session has an epoch of its own.
+//!
 //! It prints one line per event, for people and scripts alike:
 //!
 //! ```text
 //! [   0.512s] node-a acquired session=… epoch=…
 //! [   7.020s] node-a lost session=… reason=expired
 //! [   9.001s] node-a released session=…
+//! ```
+//!
+//! With `--print-appends` it also prints one line per heartbeat append, once its result is
+//! known: enough to rebuild the payload and hold the journal to what the node was told.
+//!
+//! ```text
+//! [   1.514s] node-a appended session=… epoch=… seq=… beat=…
+//! [   8.002s] node-a heartbeat session=… epoch=… beat=… failed: …
 //! ```
 
 use std::sync::Arc;
@@ -38,6 +49,10 @@ pub(crate) struct NodeArgs {
     /// Hold at most this many sessions, whatever the balance allows.
     #[arg(long)]
     max_sessions: Option<usize>,
+    /// Print a line for every acknowledged heartbeat append: its session, epoch, sequence
+    /// number and beat (the payload is `heartbeat {node} epoch={epoch} beat={beat}`).
+    #[arg(long)]
+    print_appends: bool,
 }
 
 /// Session `i` of a namespace: the same on every node, different in every namespace.
@@ -65,8 +80,13 @@ impl Timeline {
         }
     }
 
+    /// The time since the timeline started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     pub(crate) fn say(&self, who: &str, what: impl std::fmt::Display) {
-        let t = self.start.elapsed().as_secs_f64();
+        let t = self.elapsed().as_secs_f64();
         println!("[{t:8.3}s] {who} {what}");
     }
 }
@@ -106,7 +126,8 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     }
     let work = {
         let (name, timeline) = (name.clone(), timeline.clone());
-        move |rig, stop| heartbeat(rig, stop, name.clone(), timeline.clone())
+        let print_appends = args.print_appends;
+        move |rig, stop| heartbeat(rig, stop, name.clone(), timeline.clone(), print_appends)
     };
     let host = SessionHost::start(store.clone(), options, sessions, work);
     let printer = tokio::spawn(print_events(host.events(), name.clone(), timeline.clone()));
@@ -193,28 +214,42 @@ async fn print_events(
 }
 
 /// The work on each owned session: one heartbeat event a second into its journal.
-async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, name: String, timeline: Timeline) {
-    let session = rig.session_id();
-    let mut beats = 0u64;
+async fn heartbeat(
+    rig: Arc<Rig>,
+    stop: CancellationToken,
+    name: String,
+    timeline: Timeline,
+    print_appends: bool,
+) {
+    let (session, epoch) = (rig.session_id(), rig.epoch());
+    let mut beat = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.cancelled() => return,
         }
-        beats += 1;
-        if let Err(error) = rig
+        beat += 1;
+        match rig
             .journal()
-            .append(format!("heartbeat {name} {beats}"))
+            .append(format!("heartbeat {name} epoch={epoch} beat={beat}"))
             .await
         {
-            timeline.say(
+            Ok(appended) if print_appends => timeline.say(
                 &name,
                 format_args!(
-                    "heartbeat session={session} failed: {}",
+                    "appended session={session} epoch={epoch} seq={} beat={beat}",
+                    appended.first_seq
+                ),
+            ),
+            Ok(_) => {}
+            Err(error) => timeline.say(
+                &name,
+                format_args!(
+                    "heartbeat session={session} epoch={epoch} beat={beat} failed: {}",
                     super::chain(&error)
                 ),
-            );
+            ),
         }
     }
 }
