@@ -215,6 +215,35 @@ async fn each_broken_journal_is_reported_as_its_own_violation() {
         }]
     );
 
+    // --- concurrent callers: calls that overlapped may land in either order, but not one
+    //     that started after another was acknowledged
+    let raw = journal();
+    let mut history = AppendHistory::default();
+    raw.fence(1, 10, None).await;
+    let nonce = Uuid::new_v4();
+    raw.event(2, 10, nonce, "b").await;
+    raw.event(3, 10, nonce, "c").await;
+    let last = Uuid::new_v4();
+    raw.event(4, 10, last, "a").await;
+    raw.tip(4, 10, last).await;
+    let ok = Ok(Appended {
+        first_seq: 0,
+        last_seq: 0,
+        revision: 0,
+    });
+    let (a, b) = (history.invoke(), history.invoke());
+    history.complete(b, &["b"], &ok);
+    history.complete(a, &["a"], &ok);
+    let c = history.invoke();
+    history.complete(c, &["c"], &ok);
+    assert_eq!(
+        violations(&raw, &history).await,
+        [Violation::OutOfOrder {
+            earlier: "a".into(),
+            later: "c".into()
+        }]
+    );
+
     // --- a tip that does not name the last record
     let raw = journal();
     let f = raw.fence(1, 10, None).await;

@@ -20,51 +20,112 @@ enum Told {
     Failed,
 }
 
-/// What the writers of a journal were told about each append call, in the order recorded.
-/// Payloads must be unique across the history (the checker finds appends by them).
+/// What the writers of a journal were told about each append call, and when: the order of
+/// calls and results. Payloads must be unique across the history (the checker finds appends by
+/// them).
 ///
-/// Record each call when its result arrives, one writer (journal) at a time: the checker
-/// expects the acknowledged appends of one epoch in the journal in the order they were
-/// recorded.
+/// A writer that appends one call at a time records each call when its result arrives
+/// ([`record`](Self::record)). Concurrent callers of one journal note each call before it
+/// starts ([`invoke`](Self::invoke)) and record it with that stamp
+/// ([`complete`](Self::complete)), e.g. through a shared `Mutex<AppendHistory>`. The checker
+/// then expects an acknowledged append before every append of the same epoch that started
+/// after it was acknowledged (real-time order); calls that overlapped may be in either order.
 #[derive(Clone, Debug, Default)]
 pub struct AppendHistory {
-    calls: Vec<(Vec<Vec<u8>>, Told)>,
+    calls: Vec<Call>,
+    /// Ticks once per invocation and per result.
+    clock: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Call {
+    payloads: Vec<Vec<u8>>,
+    told: Told,
+    invoked: u64,
+    completed: u64,
+}
+
+/// When an append call started, on its history's clock; see [`AppendHistory::invoke`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "record the call's result with AppendHistory::complete"]
+pub struct Invocation(u64);
+
+fn told(result: &Result<Appended, JournalWriteError>) -> Told {
+    match result {
+        Ok(_) => Told::Acknowledged,
+        Err(JournalWriteError::OutcomeUnknown(_)) => Told::Unknown,
+        Err(_) => Told::Failed,
+    }
 }
 
 impl AppendHistory {
-    /// Records the result of appending `payloads` in one call.
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn push<P: AsRef<[u8]>>(&mut self, payloads: &[P], told: Told, invoked: u64) {
+        let completed = self.tick();
+        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+        self.calls.push(Call {
+            payloads,
+            told,
+            invoked,
+            completed,
+        });
+    }
+
+    /// Records the result of appending `payloads` in one call, made by a writer that makes
+    /// one call at a time: the call started after every result recorded before it.
     pub fn record<P: AsRef<[u8]>>(
         &mut self,
         payloads: &[P],
         result: &Result<Appended, JournalWriteError>,
     ) {
-        let told = match result {
-            Ok(_) => Told::Acknowledged,
-            Err(JournalWriteError::OutcomeUnknown(_)) => Told::Unknown,
-            Err(_) => Told::Failed,
-        };
-        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
-        self.calls.push((payloads, told));
+        let invoked = self.tick();
+        self.push(payloads, told(result), invoked);
+    }
+
+    /// Notes that an append call starts now; record its result with
+    /// [`complete`](Self::complete).
+    pub fn invoke(&mut self) -> Invocation {
+        Invocation(self.tick())
+    }
+
+    /// Records the result of a call noted by [`invoke`](Self::invoke).
+    pub fn complete<P: AsRef<[u8]>>(
+        &mut self,
+        invocation: Invocation,
+        payloads: &[P],
+        result: &Result<Appended, JournalWriteError>,
+    ) {
+        self.push(payloads, told(result), invocation.0);
     }
 
     /// Appends another writer's history to this one (e.g. the old owner's, then the new
-    /// one's).
+    /// one's): its calls count as started after every result recorded here.
     pub fn merge(&mut self, other: &AppendHistory) {
-        self.calls.extend(other.calls.iter().cloned());
+        let offset = self.clock;
+        self.calls.extend(other.calls.iter().map(|call| Call {
+            invoked: call.invoked + offset,
+            completed: call.completed + offset,
+            ..call.clone()
+        }));
+        self.clock += other.clock;
     }
 
     /// Records a call whose outcome stayed unknown, e.g. of a writer that crashed while its
     /// append was in flight.
     pub fn record_unknown<P: AsRef<[u8]>>(&mut self, payloads: &[P]) {
-        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
-        self.calls.push((payloads, Told::Unknown));
+        let invoked = self.tick();
+        self.push(payloads, Told::Unknown, invoked);
     }
 
     fn count(&self, told: Told) -> usize {
         self.calls
             .iter()
-            .filter(|(_, t)| *t == told)
-            .map(|(payloads, _)| payloads.len())
+            .filter(|call| call.told == told)
+            .map(|call| call.payloads.len())
             .sum()
     }
 
@@ -187,8 +248,8 @@ pub enum Violation {
         /// How many it had.
         of: usize,
     },
-    /// 4: two acknowledged appends of one epoch are in the journal in the other order than
-    /// they were acknowledged.
+    /// 4: an acknowledged append comes after one of its epoch that started only after it was
+    /// acknowledged.
     OutOfOrder {
         /// The one acknowledged first.
         earlier: String,
@@ -295,8 +356,8 @@ fn show(payload: &[u8]) -> String {
 /// 3. fence epochs strictly increase, and record 1 is a fence;
 /// 4. every acknowledged append present exactly once, an outcome-unknown append at most once,
 ///    a definitely failed append not at all; each append call all or nothing, as one
-///    contiguous run of one transaction (one nonce); acknowledged appends of one epoch in the
-///    order they were recorded.
+///    contiguous run of one transaction (one nonce); an acknowledged append before every
+///    append of its epoch that started after it was acknowledged.
 pub async fn check_journal(
     store: &Store,
     session: Uuid,
@@ -442,9 +503,10 @@ fn check_history(
 ) -> usize {
     let present = |payload: &Vec<u8>| placed.get(payload).map_or(0, Vec::len) as u32;
     let mut unknown_committed = 0;
-    // The last acknowledged append's place, per epoch: for the order check.
-    let mut last_acknowledged: HashMap<Epoch, (u64, &Vec<u8>)> = HashMap::new();
-    for (payloads, told) in &history.calls {
+    // Acknowledged calls, per epoch: (place of the first record, call), for the order check.
+    let mut acknowledged: HashMap<Epoch, Vec<(u64, &Call)>> = HashMap::new();
+    for call in &history.calls {
+        let (payloads, told) = (&call.payloads, &call.told);
         for payload in payloads {
             match (told, present(payload)) {
                 (Told::Acknowledged, 1) | (Told::Unknown, 0 | 1) | (Told::Failed, 0) => {}
@@ -481,17 +543,32 @@ fn check_history(
             unknown_committed += 1;
         }
         if *told == Told::Acknowledged
-            && let (Some(first), Some(payload)) = (places.first(), payloads.first())
+            && let Some(first) = places.first()
         {
-            if let Some(&(position, earlier)) = last_acknowledged.get(&first.epoch)
-                && first.position < position
+            acknowledged
+                .entry(first.epoch)
+                .or_default()
+                .push((first.position, call));
+        }
+    }
+    // Real-time order: an append acknowledged before another started comes before it. Walking
+    // each epoch's appends from the journal's end, keep the earliest result among those
+    // placed later; a call that started after it is out of order.
+    for calls in acknowledged.values_mut() {
+        calls.sort_by_key(|&(position, _)| position);
+        let mut earliest_later: Option<&Call> = None;
+        for &(_, call) in calls.iter().rev() {
+            if let Some(later) = earliest_later
+                && later.completed < call.invoked
             {
                 violations.push(Violation::OutOfOrder {
-                    earlier: show(earlier),
-                    later: show(payload),
+                    earlier: show(&later.payloads[0]),
+                    later: show(&call.payloads[0]),
                 });
             }
-            last_acknowledged.insert(first.epoch, (first.position, payload));
+            if earliest_later.is_none_or(|later| call.completed < later.completed) {
+                earliest_later = Some(call);
+            }
         }
     }
     unknown_committed
