@@ -62,15 +62,16 @@ impl fmt::Display for FailureClass {
 
 /// An etcd request failed. [`class`](Self::class) says whether retrying helps and whether a
 /// write may have been applied; the original error is the [`source`](std::error::Error::source).
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("etcd {operation} via {endpoint} failed ({class})")]
 pub struct EtcdError {
     operation: &'static str,
     endpoint: String,
     class: FailureClass,
     code: Option<tonic::Code>,
+    /// Shared, so that every caller of a coalesced append gets the same error.
     #[source]
-    source: etcd_client::Error,
+    source: std::sync::Arc<etcd_client::Error>,
 }
 
 impl EtcdError {
@@ -81,7 +82,7 @@ impl EtcdError {
             endpoint: endpoint.to_owned(),
             class,
             code,
-            source,
+            source: std::sync::Arc::new(source),
         }
     }
 
@@ -337,7 +338,7 @@ pub enum OpenJournalError {
 
 /// [`Journal::append`](crate::Journal::append) or
 /// [`append_batch`](crate::Journal::append_batch) failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalWriteError {
     /// Refused locally: the lease is lost or invalid. Nothing was sent. Permanent.

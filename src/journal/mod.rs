@@ -12,7 +12,7 @@
 //! fence has committed. From then on, a writer of an older epoch can no longer append: its
 //! compares no longer hold.
 //!
-//! # Appending: one transaction per call
+//! # Appending: one transaction at a time, shared by concurrent appends
 //!
 //! Every append (and the fence) is one transaction: compare the tip, the owner key's epoch and
 //! the absence of the first new record; put the records and the new tip (see `cas` for the
@@ -20,6 +20,12 @@
 //! the tip. A failed compare is the hard fence ([`AppendError`]): the journal does not re-read
 //! the tip or recover in place; it stays fenced. A journal whose lease is lost or past its
 //! deadline refuses to append locally ([`JournalLeaseLostError`]), without sending anything.
+//!
+//! One transaction is in flight per journal. Appends that arrive meanwhile queue up, and the
+//! next transaction carries as many of them, in arrival order, as fit the [limits](#limits)
+//! (group commit): under concurrency a journal commits many appends per round trip, and a
+//! lone append is sent at once, with no timer. Each call is answered on its own: its own
+//! sequence numbers, or the transaction's outcome (fenced, unknown, failed) as its own error.
 //!
 //! # Outcome unknown
 //!
@@ -38,8 +44,12 @@
 //!
 //! # Cancel safety
 //!
-//! Dropping an append's future while it is in flight leaves the journal indeterminate: the
-//! transaction may still commit, and the journal no longer knows its tip. Every later append
+//! Dropping the future of an append that waits for its turn withdraws it if no transaction
+//! has taken it yet; if one has, it commits or not with that transaction, and nothing else
+//! changes. Dropping the future of the call that sends a transaction (for
+//! itself and the calls queued with it) leaves the journal indeterminate: the transaction may
+//! still commit, and the journal no longer knows its tip. The other calls of that transaction
+//! get [`Indeterminate`](JournalWriteError::Indeterminate), and every later append
 //! fails with [`Indeterminate`](JournalWriteError::Indeterminate) and
 //! [`Journal::broken`] resolves; give the session up and open it again under a new lease
 //! (a [`SessionHost`](crate::SessionHost) does this by itself).
@@ -71,7 +81,9 @@ mod fence;
 mod record;
 mod replay;
 
-use tokio::sync::Mutex;
+use std::collections::VecDeque;
+
+use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -176,11 +188,21 @@ pub(crate) struct JournalContext {
     pub(crate) stop: CancellationToken,
 }
 
-/// A session's journal, open for appending under one lease. Appends are serialized.
+/// An append waiting for its turn: its payloads, and where its answer goes.
+struct Queued {
+    payloads: Vec<Vec<u8>>,
+    reply: oneshot::Sender<Result<Appended, JournalWriteError>>,
+}
+
+/// A session's journal, open for appending under one lease. One transaction is in flight at a
+/// time; the appends that arrive meanwhile are committed together in the next one.
 pub struct Journal {
     context: JournalContext,
     ownership: Ownership,
+    /// Held by the caller whose transaction is in flight (the committer).
     writer: Mutex<Writer>,
+    /// Appends waiting for the next transaction, in arrival order.
+    queue: std::sync::Mutex<VecDeque<Queued>>,
     /// Cancelled once the journal can no longer append (fenced or indeterminate).
     broken: CancellationToken,
 }
@@ -223,6 +245,7 @@ impl Journal {
                 tip_mod_revision,
                 condition: Condition::Open,
             }),
+            queue: std::sync::Mutex::new(VecDeque::new()),
             broken: CancellationToken::new(),
         }
     }
@@ -283,24 +306,25 @@ impl Journal {
 
     /// Appends events in one transaction: all of them or none.
     ///
+    /// Concurrent appends to one journal are committed together (group commit): while one
+    /// transaction is in flight, the appends that arrive queue up, and the next transaction
+    /// takes as many of them, in arrival order, as fit its limits. Each call still gets its own
+    /// [`Appended`] (its own sequence numbers, in the journal in the order the calls were
+    /// queued) or its own copy of the batch's error: a fenced transaction fences every call in
+    /// it, and every call of a transaction whose outcome stays unknown is told so. A call
+    /// never waits for a timer: when nothing is in flight, it is sent at once.
+    ///
     /// An append whose outcome is unknown is re-sent while the lease is valid, so it may take
     /// as long as the lease stays valid (bounded by the node lease's TTL) during an outage.
-    /// **Cancel safety:** dropping the future while the transaction is in flight leaves the
+    /// **Cancel safety:** dropping the future of a waiting append withdraws it unless a
+    /// transaction took it already; dropping the one that sends a transaction leaves the
     /// journal indeterminate (see the [module docs](self#cancel-safety)).
     pub async fn append_batch<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
     ) -> Result<Appended, JournalWriteError> {
-        let mut writer = self.writer.lock().await;
-        match writer.condition {
-            Condition::Open => {}
-            Condition::Fenced => return Err(JournalWriteError::Fenced(self.fenced())),
-            Condition::Indeterminate => return Err(JournalWriteError::Indeterminate),
-            Condition::Closed => return Err(JournalWriteError::Closed),
-        }
-        self.ownership
-            .check()
-            .map_err(|source| JournalWriteError::LeaseLost(JournalLeaseLostError { source }))?;
+        // What can be refused from the call alone; the journal's condition and the lease are
+        // checked when the transaction is formed.
         if payloads.is_empty() {
             return Err(JournalWriteError::Empty);
         }
@@ -318,6 +342,105 @@ impl Journal {
                 max: limits.max_bytes(),
             });
         }
+        let (reply, mut answer) = oneshot::channel();
+        self.queue().push_back(Queued {
+            payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
+            reply,
+        });
+        loop {
+            // Answered by whoever committed the batch this append was in; or the committer.
+            let mut writer = tokio::select! {
+                biased;
+                answer = &mut answer => return answer.unwrap_or(Err(JournalWriteError::Indeterminate)),
+                writer = self.writer.lock() => writer,
+            };
+            if let Ok(answer) = answer.try_recv() {
+                return answer;
+            }
+            self.commit_next(&mut writer).await;
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.queue
+            .lock()
+            .expect("the queue lock is never held across a panic")
+    }
+
+    /// Takes the next batch off the queue, in order, within the limits: the appends whose
+    /// callers still wait. Each append fits alone (checked when it was queued).
+    fn next_batch(&self) -> Vec<Queued> {
+        let limits = &self.context.limits;
+        let mut queue = self.queue();
+        let mut batch: Vec<Queued> = Vec::new();
+        let mut records = 0;
+        while let Some(next) = queue.front() {
+            if next.reply.is_closed() {
+                queue.pop_front();
+                continue;
+            }
+            if !batch.is_empty() {
+                let fits = records + next.payloads.len() <= limits.max_records()
+                    && self.encoded_size(
+                        &batch
+                            .iter()
+                            .chain([next])
+                            .flat_map(|queued| &queued.payloads)
+                            .collect::<Vec<_>>(),
+                    ) <= limits.max_bytes();
+                if !fits {
+                    break;
+                }
+            }
+            records += next.payloads.len();
+            batch.extend(queue.pop_front());
+        }
+        batch
+    }
+
+    /// Commits the next batch in one transaction and answers each of its callers.
+    async fn commit_next(&self, writer: &mut Writer) {
+        let batch = self.next_batch();
+        if batch.is_empty() {
+            return;
+        }
+        let payloads: Vec<&[u8]> = batch
+            .iter()
+            .flat_map(|queued| queued.payloads.iter().map(Vec::as_slice))
+            .collect();
+        let result = self.commit(writer, &payloads).await;
+        let mut first_seq = result.as_ref().map_or(0, |appended| appended.first_seq);
+        for queued in batch {
+            let answer = result.clone().map(|appended| {
+                let last_seq = first_seq + queued.payloads.len() as u64 - 1;
+                let own = Appended {
+                    first_seq,
+                    last_seq,
+                    revision: appended.revision,
+                };
+                first_seq = last_seq + 1;
+                own
+            });
+            // A caller that went away meanwhile no longer needs its answer.
+            let _ = queued.reply.send(answer);
+        }
+    }
+
+    /// Appends `payloads` in one transaction, under the writer's lock.
+    async fn commit(
+        &self,
+        writer: &mut Writer,
+        payloads: &[&[u8]],
+    ) -> Result<Appended, JournalWriteError> {
+        match writer.condition {
+            Condition::Open => {}
+            Condition::Fenced => return Err(JournalWriteError::Fenced(self.fenced())),
+            Condition::Indeterminate => return Err(JournalWriteError::Indeterminate),
+            Condition::Closed => return Err(JournalWriteError::Closed),
+        }
+        self.ownership
+            .check()
+            .map_err(|source| JournalWriteError::LeaseLost(JournalLeaseLostError { source }))?;
         let first_seq = writer.next_seq;
         // The last record and the next append's first must fit below u64::MAX.
         let Some(last_seq) = first_seq
@@ -331,7 +454,7 @@ impl Journal {
         let values = payloads
             .iter()
             .zip(first_seq..)
-            .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p.as_ref()))
+            .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p))
             .collect();
         let tip = encode_tip(&Tip {
             seq: last_seq,
@@ -347,7 +470,7 @@ impl Journal {
             tip,
             writer.tip_mod_revision,
         );
-        debug_assert_eq!(append.size, size);
+        debug_assert_eq!(append.size, self.encoded_size(payloads));
         // Until the send resolves, the tip is unknown: if this future is dropped mid-send, the
         // journal must not go on as if nothing had been sent.
         writer.condition = Condition::Indeterminate;

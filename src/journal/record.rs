@@ -97,7 +97,9 @@ impl Record {
         }
     }
 
-    pub(crate) fn nonce(&self) -> Uuid {
+    /// The nonce of the transaction that wrote it: records that share one were committed
+    /// together (one append, or appends that group commit coalesced).
+    pub fn nonce(&self) -> Uuid {
         match self {
             Record::Event(event) => event.nonce,
             Record::Fence(fence) => fence.nonce,
