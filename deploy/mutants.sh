@@ -3,24 +3,31 @@
 # takes an hour or more on 2 cores, so CI does not run it.
 #
 #   ./deploy/mutants.sh            both stages, then the summary
-#   ./deploy/mutants.sh 1          stage 1 only;  ./deploy/mutants.sh 2: stage 2 only, after a 1
+#   ./deploy/mutants.sh 1          stage 1 only;   ./deploy/mutants.sh 2   stage 2 only (after a 1)
 #   ./deploy/mutants.sh --list     the mutants it would try, and how many
 #
 # What it mutates: the transaction builders (acquire, fence, append, guarded deletes,
 # `Ownership::guard`), the write path's decision table, validity, the registry's verdict, the
 # owner-watch snapshot, and record decoding.
 #
+# It mutates the last commit (HEAD, or $MUTANTS_REV), in a git worktree of its own under target/mutants/tree
+# (mutated in place there, with its own build directory), never your working tree.
+#
 # Two stages, so that most mutants cost one unit-test run:
 #   1. every mutant against the unit tests (`--lib`: paused tokio time, no etcd);
-#   2. the mutants stage 1 missed, against the integration tests that aim at this code (real
+#   2. each mutant stage 1 missed, against the integration tests that aim at its code (real
 #      etcd in containers, so Docker and the etcd image are needed, as for `dev.sh test`).
-# It ends with cargo-mutants' own summary line of stage 2 and the totals over both stages:
-# caught, missed, unviable and timeouts. A missed mutant is a behaviour no test checks.
+# It ends with one summary line over both stages: caught, missed, unviable and timeouts, and
+# lists what was missed. A missed mutant is a behaviour no test checks.
 #
-# Results: mutants.out/ (stage 2; stage 1 is in mutants.out.old/ as cargo-mutants keeps it).
+# Results: target/mutants/stage1/ and target/mutants/stage2-<group>/ (cargo-mutants' own
+# mutants.out/ directories in each).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+here=$(pwd)
+out=$here/target/mutants
+tree=$out/tree
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -29,6 +36,8 @@ command -v cargo-mutants >/dev/null || {
   cargo install --locked cargo-mutants
 }
 
+files=(src/journal/{cas,fence,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
+  src/lease/{ownership,validity}.rs src/write.rs)
 # The code under test, as regexes over the names `cargo mutants --list` prints.
 targets=(
   # the append transaction and how its outcome is read; the fence at open
@@ -47,52 +56,83 @@ targets=(
   # record decoding
   'src/journal/record\.rs:.*(decode_record|decode_tip|seq_of_key|Reader|:2[67]:)'
 )
-# The integration tests that aim at that code.
-integration=(
-  journal_owner_compare journal_fencing journal_open journal_unknown_outcome journal_handover
-  journal_limits journal_replay lease_epochs lease_release lease_watch_loss lease_standby
-  lease_no_zombies lease_partition_expiry lease_watch_resume lease_acquire_unknown rig_gc
-  liveness_resolve_on_loss
+# Stage 2's groups: a file pattern, and the integration tests that aim at that code.
+groups=(
+  "journal|src/journal/|journal_owner_compare journal_fencing journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
+  "acquire|src/store/acquire|lease_acquire_unknown lease_epochs lease_standby lease_release"
+  "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
+  "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"
+  "write|src/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc"
+  "validity|src/lease/validity|lease_keepalive lease_partition_expiry lease_no_zombies"
+  "registry|src/store/registry|lease_watch_loss lease_acquire_unknown lease_epochs lease_standby lease_watch_resume"
+  "watch|src/store/owner_watch|lease_watch_resume lease_watch_loss lease_standby lease_acquire_unknown"
 )
 
-files=(src/journal/{cas,fence,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
-  src/lease/{ownership,validity}.rs src/write.rs)
-
-# (-F alone lets struct-field deletions elsewhere through; --file keeps to the files above.)
 args=(--no-shuffle --all-features)
+# (-F alone lets struct-field deletions elsewhere through; --file keeps to the files above.)
 for file in "${files[@]}"; do args+=(-f "$file"); done
-for target in "${targets[@]}"; do args+=(-F "$target"); done
 
 if [ "${1:-}" = --list ]; then
+  for target in "${targets[@]}"; do args+=(-F "$target"); done
   cargo mutants "${args[@]}" --list
   say "$(cargo mutants "${args[@]}" --list | wc -l) mutants"
   exit 0
 fi
 
+# The worktree: HEAD (or $MUTANTS_REV), checked out afresh; its build directory is kept.
+rev=$(git rev-parse "${MUTANTS_REV:-HEAD}")
+if [ ! -e "$tree/.git" ]; then
+  rm -rf "$tree"
+  git worktree prune
+  git worktree add --detach "$tree" "$rev" >/dev/null
+fi
+git -C "$tree" checkout --quiet --detach --force "$rev"
+say "mutating $(git -C "$tree" log --oneline -1)"
+cd "$tree"
+inplace=(--in-place)
+
 stage=${1:-all}
 if [ "$stage" != 2 ]; then
   say "stage 1: every mutant against the unit tests"
-  cargo mutants "${args[@]}" --minimum-test-timeout 60 -C --lib || true
-  wc -l <mutants.out/caught.txt >mutants.out/stage1-caught
+  stage1=("${args[@]}")
+  for target in "${targets[@]}"; do stage1+=(-F "$target"); done
+  rm -rf "$out/stage1"
+  # (-C: for the build as well as the test run, so that only the unit tests are built.)
+  cargo mutants "${stage1[@]}" "${inplace[@]}" -o "$out/stage1" --minimum-test-timeout 60 \
+    -C --lib || true
   [ "$stage" = 1 ] && exit 0
 fi
-stage1=$(cat mutants.out/stage1-caught 2>/dev/null || cat mutants.out.old/stage1-caught)
-bash deploy/fetch-etcd.sh 3.5.16 >/dev/null
 
-say "stage 2: what stage 1 missed, against the integration tests"
-# (-C: for the build as well as the test run, so that only these test binaries are built.)
-tests=(-C --lib)
-for test in "${integration[@]}"; do tests+=(-C --test -C "$test"); done
-status=0
-cargo mutants "${args[@]}" --iterate --minimum-test-timeout 120 "${tests[@]}" || status=$?
+bash "$here/deploy/fetch-etcd.sh" 3.5.16 >/dev/null
+first=$out/stage1/mutants.out
+rm -rf "$out"/stage2-*
+for group in "${groups[@]}"; do
+  IFS='|' read -r name pattern tests <<<"$group"
+  # This group's survivors of stage 1, each as an exact regex.
+  selected=()
+  while IFS= read -r mutant; do
+    selected+=(-F "^$(printf '%s' "$mutant" | sed 's/[][\.|$(){}?+*^]/\\&/g')\$")
+  done < <(grep "^$pattern" "$first/missed.txt" || true)
+  [ ${#selected[@]} -eq 0 ] && continue
+  say "stage 2, $name: $(( ${#selected[@]} / 2 )) mutants against: $tests"
+  build=(-C --lib)
+  for test in $tests; do build+=(-C --test -C "$test"); done
+  cargo mutants "${args[@]}" "${selected[@]}" "${inplace[@]}" --baseline skip \
+    --timeout 300 -o "$out/stage2-$name" "${build[@]}" || true
+done
 
 say "summary"
-for kind in caught missed unviable timeout; do
-  printf '%-9s %s\n' "$kind" "$(wc -l <"mutants.out/$kind.txt")"
-done
-printf 'caught by unit tests alone in stage 1: %s\n' "$stage1"
-if [ -s mutants.out/missed.txt ]; then
+count() { cat "$@" 2>/dev/null | wc -l; }
+missed=$(cat "$out"/stage2-*/mutants.out/missed.txt 2>/dev/null || true)
+caught=$(( $(count "$first/caught.txt") + $(count "$out"/stage2-*/mutants.out/caught.txt) ))
+timeouts=$(( $(count "$first/timeout.txt") + $(count "$out"/stage2-*/mutants.out/timeout.txt) ))
+unviable=$(count "$first/unviable.txt")
+total=$(( $(count "$first/caught.txt") + $(count "$first/missed.txt") + unviable + $(count "$first/timeout.txt") ))
+printf 'mutants: %s tested, %s caught (%s by unit tests alone), %s missed, %s unviable, %s timeouts\n' \
+  "$total" "$caught" "$(count "$first/caught.txt")" "$(printf '%s' "$missed" | grep -c . || true)" \
+  "$unviable" "$timeouts"
+if [ -n "$missed" ]; then
   say "missed mutants (behaviour no test checks)"
-  cat mutants.out/missed.txt
+  printf '%s\n' "$missed"
+  exit 1
 fi
-exit "$status"
