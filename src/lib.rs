@@ -71,6 +71,7 @@ mod write;
 
 pub use connection::{
     ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
+    etcd_metric,
 };
 pub use error::{
     AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,

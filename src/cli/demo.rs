@@ -33,10 +33,10 @@ use super::node::{Timeline, numbered_session};
 use super::{Common, Failure};
 
 /// A throwaway etcd: killed and its data removed when dropped.
-struct ThrowawayEtcd {
+pub(crate) struct ThrowawayEtcd {
     _child: Child,
     _data: tempfile::TempDir,
-    endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 fn etcd_binary() -> Option<PathBuf> {
@@ -62,7 +62,7 @@ fn free_port() -> Result<u16, Failure> {
         .map_err(Failure::runtime)
 }
 
-async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Failure> {
+pub(crate) async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Failure> {
     let binary = etcd_binary().ok_or_else(|| {
         Failure::message(
             "no etcd binary: set LEASEHOLD_ETCD_BIN, put etcd on PATH, or run ./deploy/dev.sh demo",

@@ -1,5 +1,6 @@
 //! Command-line parsing, shared flags and error reporting.
 
+pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod node;
 
@@ -60,6 +61,8 @@ enum Command {
     /// Three nodes in one process over a handful of sessions: one freezes, another takes
     /// over with a fence, and the frozen node's stale append is refused.
     Demo,
+    /// What leasehold costs against what it replaces, measured side by side.
+    Bench(bench::BenchArgs),
 }
 
 /// A failure and the exit code it maps to.
@@ -152,6 +155,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Status => status(&cli.common).await,
         Command::Node(args) => node::run(&cli.common, args).await,
         Command::Demo => demo::run(&cli.common).await,
+        Command::Bench(args) => bench::run(&cli.common, args).await,
     }
 }
 

@@ -71,12 +71,23 @@ pub(crate) fn numbered_session(namespace: &Namespace, i: u32) -> Uuid {
 #[derive(Clone)]
 pub(crate) struct Timeline {
     start: Instant,
+    /// On stderr (when stdout carries results), else on stdout.
+    stderr: bool,
 }
 
 impl Timeline {
     pub(crate) fn new() -> Self {
         Self {
             start: Instant::now(),
+            stderr: false,
+        }
+    }
+
+    /// A timeline printed on stderr.
+    pub(crate) fn on_stderr() -> Self {
+        Self {
+            start: Instant::now(),
+            stderr: true,
         }
     }
 
@@ -87,7 +98,11 @@ impl Timeline {
 
     pub(crate) fn say(&self, who: &str, what: impl std::fmt::Display) {
         let t = self.elapsed().as_secs_f64();
-        println!("[{t:8.3}s] {who} {what}");
+        if self.stderr {
+            eprintln!("[{t:8.3}s] {who} {what}");
+        } else {
+            println!("[{t:8.3}s] {who} {what}");
+        }
     }
 }
 

@@ -222,37 +222,13 @@ pub(crate) async fn wait_serving(endpoint: &str, timeout: Duration) -> Result<()
 
 /// The value of one Prometheus metric that etcd serves at `{endpoint}/metrics`, summed over
 /// every series whose name is `name` and whose labels include all of `labels` (`key="value"`
-/// strings). `None` when no series matches.
+/// strings). `None` when no series matches. See [`crate::etcd_metric`].
 pub async fn etcd_metric(
     endpoint: &str,
     name: &str,
     labels: &[&str],
 ) -> Result<Option<f64>, HarnessError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let address = endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let io = |e| HarnessError::io(format!("read {endpoint}/metrics"), e);
-    let mut stream = tokio::net::TcpStream::connect(&address).await.map_err(io)?;
-    stream
-        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+    crate::etcd_metric(endpoint, name, labels)
         .await
-        .map_err(io)?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.map_err(io)?;
-    let mut total = None;
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let (metric, series_labels) = series.split_once('{').unwrap_or((series, ""));
-        if metric == name
-            && labels.iter().all(|label| series_labels.contains(label))
-            && let Ok(value) = value.parse::<f64>()
-        {
-            *total.get_or_insert(0.0) += value;
-        }
-    }
-    Ok(total)
+        .map_err(|e| HarnessError::io(format!("read {endpoint}/metrics"), e))
 }
