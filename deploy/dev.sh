@@ -74,6 +74,8 @@ cmd_test() {
   cargo fmt --all -- --check
   say "cargo clippy"
   cargo clippy --all-targets --all-features -- -D warnings
+  # The library and the tool as users build them: without the test harness.
+  cargo clippy --lib --bins -- -D warnings
   say "cargo test (unit and integration; etcd in containers)"
   # Every harness operation is bounded; this bounds the whole run should anything still hang.
   timeout --signal=INT --kill-after=60 45m cargo test --all-features

@@ -97,7 +97,9 @@ use cas::{AppendTxn, Sent, estimate_size};
 
 pub(crate) use fence::open;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
-pub(crate) use record::{decode_tip, encode_tip};
+#[cfg(feature = "testing")]
+pub(crate) use record::decode_tip;
+pub(crate) use record::encode_tip;
 pub use replay::Replay;
 
 /// etcd's limits, as the journal checks them before sending.
