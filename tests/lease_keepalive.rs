@@ -67,6 +67,13 @@ async fn a_node_lease_gone_at_etcd_is_lost_at_the_next_renewal() {
     raw.clone().put(key.as_str(), value, None).await.unwrap();
     let revoked = Instant::now();
     raw.clone().lease_revoke(node_lease).await.unwrap();
+    // Meanwhile an acquisition sends its transaction with the dead node lease: etcd refuses
+    // it, and the caller is told to try again, not given an etcd error.
+    assert!(store.is_node_lease_valid(), "the store does not know yet");
+    match store.acquire_lease(Uuid::new_v4()).await {
+        Err(error @ leasehold::AcquireError::NodeLeaseInvalid) => assert!(error.is_transient()),
+        other => panic!("expected NodeLeaseInvalid, got {other:?}"),
+    }
 
     let reason = tokio::time::timeout(Duration::from_secs(10), lease.lost())
         .await

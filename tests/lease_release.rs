@@ -87,3 +87,29 @@ async fn a_stale_release_never_deletes_the_successors_key() {
     assert!(alive.is_err(), "b keeps its lease: {alive:?}");
     assert!(successor.is_valid());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_release_rides_out_an_outage() {
+    let etcd = common::Etcd::start().await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.node.endpoint())
+        .await
+        .unwrap();
+    let a = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
+    let session = Uuid::new_v4();
+    let key = etcd.ns.owner_key(session);
+    let lease = a.acquire_lease(session).await.unwrap();
+
+    // The release is refused on its way to etcd (its connection closed, the streams' left
+    // alone: no watch restart tidies up after it); it is sent again until it lands.
+    proxy.reject_requests_containing(key.clone());
+    drop(lease);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(common::create_revision(&etcd.raw, &key).await > 0);
+    proxy.clear_request_filter();
+    wait_for("the release to land", Duration::from_secs(5), || async {
+        (common::create_revision(&etcd.raw, &key).await == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(a.is_node_lease_valid(), "the node lease lived through it");
+}

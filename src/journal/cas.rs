@@ -189,3 +189,21 @@ pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyVal
             _ => None,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_estimate_counts_every_key_and_value_once_plus_fixed_overheads() {
+        // 64 for the transaction, 24 per compare, 32 per put, 24 per get.
+        assert_eq!(estimate_size([], [], []), 64);
+        assert_eq!(estimate_size([10], [], []), 64 + 10 + 24);
+        assert_eq!(estimate_size([], [(10, 100)], []), 64 + 10 + 100 + 32);
+        assert_eq!(estimate_size([], [], [10]), 64 + 10 + 24);
+        assert_eq!(
+            estimate_size([1, 2, 3], [(4, 5), (6, 7)], [8]),
+            64 + (1 + 24) + (2 + 24) + (3 + 24) + (4 + 5 + 32) + (6 + 7 + 32) + (8 + 24)
+        );
+    }
+}
