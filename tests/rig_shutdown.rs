@@ -7,7 +7,6 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::WatchOptions;
 use leasehold::rig::{RigError, WorkspaceHeldError};
 use leasehold::testing::{EtcdNode, FaultProxy, random_namespace, wait_for};
 use leasehold::{JournalWriteError, LossReason, Rig};
@@ -18,7 +17,7 @@ async fn shutdown_releases_the_workspace_before_the_lease_after_the_last_append(
     let etcd = EtcdNode::start().await.expect("etcd starts");
     let ns = random_namespace();
     let store = common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await;
-    let mut raw = common::raw(etcd.endpoint()).await;
+    let raw = common::raw(etcd.endpoint()).await;
     let session = Uuid::new_v4();
 
     let rig = Rig::open(&store, session, "ws-1").await.expect("rig opens");
@@ -36,18 +35,13 @@ async fn shutdown_releases_the_workspace_before_the_lease_after_the_last_append(
     assert_eq!(lost.await, LossReason::Released);
 
     // Read the deletes back from etcd's history.
-    let mut events = raw
-        .watch(
-            ns.prefix(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(last.revision),
-            ),
-        )
-        .await
-        .unwrap();
-    let deleted = common::delete_revisions(&mut events, &[&workspace_key, &owner_key]).await;
+    let deleted = common::deletes_since(
+        &raw,
+        &ns.prefix(),
+        last.revision,
+        &[&workspace_key, &owner_key],
+    )
+    .await;
     let (workspace_deleted, owner_deleted) = (deleted[0], deleted[1]);
     println!(
         "last append at {}, workspace root deleted at {workspace_deleted}, owner key at {owner_deleted}",
@@ -122,19 +116,13 @@ async fn shutdown_waits_for_the_append_in_flight_then_refuses_appends() {
         rig.journal().append("too late").await,
         Err(JournalWriteError::Closed)
     ));
-    let mut events = raw
-        .clone()
-        .watch(
-            etcd.ns.prefix(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(appended.revision),
-            ),
-        )
-        .await
-        .unwrap();
-    let deleted = common::delete_revisions(&mut events, &[&workspace_key, &owner_key]).await;
+    let deleted = common::deletes_since(
+        raw,
+        &etcd.ns.prefix(),
+        appended.revision,
+        &[&workspace_key, &owner_key],
+    )
+    .await;
     assert!(appended.revision < deleted[0] && deleted[0] < deleted[1]);
 }
 

@@ -231,22 +231,14 @@ impl Bench {
         const PER: usize = 200;
         let store = self.store("bench-append", 10).await?;
         let (_lease, journal) = self.journal(&store).await?;
+        let journal = Arc::new(journal);
         let key = format!("{}bench/append", self.namespace.prefix());
         let mut rounds = Rounds::default();
         for round in 0..self.rounds {
             self.progress(format_args!("append: round {}/{}", round + 1, self.rounds));
-            let started = Instant::now();
-            for _ in 0..PER {
-                let call = Instant::now();
-                journal
-                    .append(vec![7u8; 64])
-                    .await
-                    .map_err(Failure::runtime)?;
-                rounds.latencies.push(call.elapsed());
-            }
-            rounds
-                .ours
-                .push(PER as f64 / started.elapsed().as_secs_f64());
+            let (rate, latencies) = appenders(std::iter::once(journal.clone()), PER).await?;
+            rounds.ours.push(rate);
+            rounds.latencies.extend(latencies);
             let started = Instant::now();
             for i in 0..PER {
                 self.raw_append(&key, round * PER + i).await?;
@@ -282,41 +274,12 @@ impl Bench {
                 round + 1,
                 self.rounds
             ));
-            let started = Instant::now();
-            let writers: Vec<_> = (0..WRITERS)
-                .map(|_| {
-                    let journal = journal.clone();
-                    tokio::spawn(async move {
-                        let mut latencies = Vec::with_capacity(EACH);
-                        for _ in 0..EACH {
-                            let call = Instant::now();
-                            journal.append(vec![7u8; 64]).await?;
-                            latencies.push(call.elapsed());
-                        }
-                        Ok::<_, leasehold::JournalWriteError>(latencies)
-                    })
-                })
-                .collect();
-            for writer in writers {
-                let latencies = writer
-                    .await
-                    .map_err(Failure::runtime)?
-                    .map_err(Failure::runtime)?;
-                rounds.latencies.extend(latencies);
-            }
-            rounds
-                .ours
-                .push((WRITERS * EACH) as f64 / started.elapsed().as_secs_f64());
-            let started = Instant::now();
-            for _ in 0..SEQUENTIAL {
-                journal
-                    .append(vec![7u8; 64])
-                    .await
-                    .map_err(Failure::runtime)?;
-            }
-            rounds
-                .baseline
-                .push(SEQUENTIAL as f64 / started.elapsed().as_secs_f64());
+            let (rate, latencies) =
+                appenders(std::iter::repeat_n(journal.clone(), WRITERS), EACH).await?;
+            rounds.ours.push(rate);
+            rounds.latencies.extend(latencies);
+            let (sequential, _) = appenders(std::iter::once(journal.clone()), SEQUENTIAL).await?;
+            rounds.baseline.push(sequential);
         }
         store.close().await;
         self.report(
@@ -351,32 +314,9 @@ impl Bench {
                 round + 1,
                 self.rounds
             ));
-            let started = Instant::now();
-            let writers: Vec<_> = journals
-                .iter()
-                .map(|journal| {
-                    let journal = journal.clone();
-                    tokio::spawn(async move {
-                        let mut latencies = Vec::with_capacity(EACH);
-                        for _ in 0..EACH {
-                            let call = Instant::now();
-                            journal.append(vec![7u8; 64]).await?;
-                            latencies.push(call.elapsed());
-                        }
-                        Ok::<_, leasehold::JournalWriteError>(latencies)
-                    })
-                })
-                .collect();
-            for writer in writers {
-                let latencies = writer
-                    .await
-                    .map_err(Failure::runtime)?
-                    .map_err(Failure::runtime)?;
-                rounds.latencies.extend(latencies);
-            }
-            rounds
-                .ours
-                .push((SESSIONS * EACH) as f64 / started.elapsed().as_secs_f64());
+            let (rate, latencies) = appenders(journals.iter().cloned(), EACH).await?;
+            rounds.ours.push(rate);
+            rounds.latencies.extend(latencies);
             let started = Instant::now();
             let writers: Vec<_> = (0..SESSIONS)
                 .map(|s| {
@@ -585,24 +525,12 @@ impl Bench {
             ));
             let session = Uuid::new_v4();
             let lease = a.acquire_lease(session).await.map_err(Failure::runtime)?;
-            let standby = {
-                let b = b.clone();
-                tokio::spawn(async move {
-                    let lease = b
-                        .acquire_lease_wait(session, Duration::from_secs(30))
-                        .await?;
-                    let journal = b.open_journal(session, Some(&lease)).await?;
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>((lease, journal))
-                })
-            };
+            let standby = standby(&b, session);
             // The standby is waiting once its watch has the key (it acquires when it goes).
             tokio::time::sleep(Duration::from_millis(100)).await;
             let released = Instant::now();
             lease.release().await.map_err(Failure::runtime)?;
-            let (_lease, _journal) = standby
-                .await
-                .map_err(Failure::runtime)?
-                .map_err(|error| Failure::message(error.to_string(), 1))?;
+            let (_lease, _journal) = handed_over(standby).await?;
             let took = released.elapsed();
             rounds.latencies.push(took);
             rounds.ours.push(ms(took));
@@ -643,25 +571,13 @@ impl Bench {
                 .await?;
             let session = Uuid::new_v4();
             let lease = a.acquire_lease(session).await.map_err(Failure::runtime)?;
-            let standby = {
-                let b = b.clone();
-                tokio::spawn(async move {
-                    let lease = b
-                        .acquire_lease_wait(session, Duration::from_secs(30))
-                        .await?;
-                    let journal = b.open_journal(session, Some(&lease)).await?;
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>((lease, journal))
-                })
-            };
+            let standby = standby(&b, session);
             // Crash at a random point of the owner's renewal interval.
             let phase = (Uuid::new_v4().as_u128() % 1000) as u32;
             tokio::time::sleep(Duration::from_secs(TTL) / 3 * phase / 1000).await;
             proxy.blackhole();
             let crashed = Instant::now();
-            let (_lease, _journal) = standby
-                .await
-                .map_err(Failure::runtime)?
-                .map_err(|error| Failure::message(error.to_string(), 1))?;
+            let (_lease, _journal) = handed_over(standby).await?;
             let took = crashed.elapsed();
             rounds.latencies.push(took);
             rounds.ours.push(ms(took));
@@ -762,6 +678,61 @@ impl Bench {
         );
         Ok(())
     }
+}
+
+/// One writer task per journal in `writers` (the same journal may come more than once), each
+/// making `each` appends one after the other; the appends/s of all of them together, and
+/// their latencies.
+async fn appenders(
+    writers: impl Iterator<Item = Arc<Journal>>,
+    each: usize,
+) -> Result<(f64, Vec<Duration>), Failure> {
+    let started = Instant::now();
+    let tasks: Vec<_> = writers
+        .map(|journal| {
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(each);
+                for _ in 0..each {
+                    let call = Instant::now();
+                    journal.append(vec![7u8; 64]).await?;
+                    latencies.push(call.elapsed());
+                }
+                Ok::<_, leasehold::JournalWriteError>(latencies)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(
+            task.await
+                .map_err(Failure::runtime)?
+                .map_err(Failure::runtime)?,
+        );
+    }
+    Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+}
+
+type Standby =
+    tokio::task::JoinHandle<Result<(Lease, Journal), Box<dyn std::error::Error + Send + Sync>>>;
+
+/// A standby on `session` in `store`: acquires it once it is free and opens its journal.
+fn standby(store: &Arc<Store>, session: Uuid) -> Standby {
+    let store = store.clone();
+    tokio::spawn(async move {
+        let lease = store
+            .acquire_lease_wait(session, Duration::from_secs(30))
+            .await?;
+        let journal = store.open_journal(session, Some(&lease)).await?;
+        Ok((lease, journal))
+    })
+}
+
+/// Waits until the standby's fence has committed.
+async fn handed_over(standby: Standby) -> Result<(Lease, Journal), Failure> {
+    standby
+        .await
+        .map_err(Failure::runtime)?
+        .map_err(|error| Failure::message(super::chain(&*error), 1))
 }
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {

@@ -125,6 +125,21 @@ pub(crate) async fn delete_revisions(
     deleted.into_iter().map(Option::unwrap).collect()
 }
 
+/// The revisions at which each of `keys` was deleted, from revision `from` on, read from
+/// etcd's history under `prefix`.
+pub(crate) async fn deletes_since(
+    raw: &etcd_client::Client,
+    prefix: &str,
+    from: i64,
+    keys: &[&str],
+) -> Vec<i64> {
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from);
+    let mut history = raw.clone().watch(prefix, Some(options)).await.unwrap();
+    delete_revisions(&mut history, keys).await
+}
+
 /// What a continuous writer saw: its history, the instants of its acknowledged appends, and
 /// the error that stopped it, if any.
 pub(crate) struct Appends {
