@@ -4,6 +4,8 @@
 #
 #   ./deploy/mutants.sh            both stages, then the summary
 #   ./deploy/mutants.sh 1          stage 1 only;   ./deploy/mutants.sh 2   stage 2 only (after a 1)
+#   ./deploy/mutants.sh missed     stage 2 again, for what the last stage 2 missed (after adding
+#                                  tests; the mutated code must not have moved since stage 1)
 #   ./deploy/mutants.sh --list     the mutants it would try, and how many
 #
 # What it mutates: the transaction builders (acquire, fence, append, guarded deletes,
@@ -92,7 +94,7 @@ cd "$tree"
 inplace=(--in-place)
 
 stage=${1:-all}
-if [ "$stage" != 2 ]; then
+if [ "$stage" = all ] || [ "$stage" = 1 ]; then
   say "stage 1: every mutant against the unit tests"
   stage1=("${args[@]}")
   for target in "${targets[@]}"; do stage1+=(-F "$target"); done
@@ -105,6 +107,18 @@ fi
 
 bash "$here/deploy/fetch-etcd.sh" 3.5.16 >/dev/null
 first=$out/stage1/mutants.out
+# What stage 2 tries: stage 1's survivors, or with `missed` the last stage 2's.
+survivors=$out/survivors.txt
+if [ "$stage" = missed ]; then
+  cat "$out"/stage2-*/mutants.out/missed.txt >"$survivors.next" 2>/dev/null || true
+  # What stage 2 caught before (a hang that timed out counts as caught) stays caught.
+  cat "$out"/stage2-*/mutants.out/caught.txt "$out"/stage2-*/mutants.out/timeout.txt \
+    >>"$out/caught-earlier.txt" 2>/dev/null || true
+  mv "$survivors.next" "$survivors"
+else
+  cp "$first/missed.txt" "$survivors"
+  rm -f "$out/caught-earlier.txt"
+fi
 rm -rf "$out"/stage2-*
 for group in "${groups[@]}"; do
   IFS='|' read -r name pattern tests <<<"$group"
@@ -112,7 +126,7 @@ for group in "${groups[@]}"; do
   selected=()
   while IFS= read -r mutant; do
     selected+=(-F "^$(printf '%s' "$mutant" | sed 's/[][\.|$(){}?+*^]/\\&/g')\$")
-  done < <(grep "^$pattern" "$first/missed.txt" || true)
+  done < <(grep "^$pattern" "$survivors" || true)
   [ ${#selected[@]} -eq 0 ] && continue
   say "stage 2, $name: $(( ${#selected[@]} / 2 )) mutants against: $tests"
   build=(-C --lib)
@@ -124,7 +138,8 @@ done
 say "summary"
 count() { cat "$@" 2>/dev/null | wc -l; }
 missed=$(cat "$out"/stage2-*/mutants.out/missed.txt 2>/dev/null || true)
-caught=$(( $(count "$first/caught.txt") + $(count "$out"/stage2-*/mutants.out/caught.txt) ))
+caught=$(( $(count "$first/caught.txt") + $(count "$out"/stage2-*/mutants.out/caught.txt) \
+  + $(count "$out/caught-earlier.txt") ))
 timeouts=$(( $(count "$first/timeout.txt") + $(count "$out"/stage2-*/mutants.out/timeout.txt) ))
 unviable=$(count "$first/unviable.txt")
 total=$(( $(count "$first/caught.txt") + $(count "$first/missed.txt") + unviable + $(count "$first/timeout.txt") ))
