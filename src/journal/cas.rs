@@ -192,7 +192,129 @@ pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyVal
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use etcd_client::proto::{
+        PbKeyValue, PbRangeResponse, PbResponseHeader, PbResponseOp, PbTxnOpResponse, PbTxnResponse,
+    };
+
     use super::*;
+    use crate::journal::record::encode_event;
+
+    const EPOCH: Epoch = Epoch(40);
+
+    fn append(nonce: Uuid) -> AppendTxn {
+        AppendTxn {
+            txn: Txn::new(),
+            resolve: Txn::new(),
+            first_key: "ns/journals/s/r/00000000000000000007".into(),
+            nonce,
+            epoch: EPOCH,
+            size: 0,
+        }
+    }
+
+    /// A record at seq 7 written with `nonce`, committed at revision 50.
+    fn record(nonce: Uuid) -> PbKeyValue {
+        PbKeyValue {
+            key: b"ns/journals/s/r/00000000000000000007".to_vec(),
+            value: encode_event(7, EPOCH, nonce, b"event"),
+            create_revision: 50,
+            mod_revision: 50,
+            version: 1,
+            lease: 0,
+        }
+    }
+
+    fn owner(create_revision: i64) -> PbKeyValue {
+        PbKeyValue {
+            key: b"ns/owners/s".to_vec(),
+            create_revision,
+            ..PbKeyValue::default()
+        }
+    }
+
+    /// A reply: `succeeded`, at revision 60, with one get per entry of `gets`.
+    fn reply(succeeded: bool, gets: Vec<Option<PbKeyValue>>) -> TxnResponse {
+        TxnResponse(PbTxnResponse {
+            header: Some(PbResponseHeader {
+                revision: 60,
+                ..PbResponseHeader::default()
+            }),
+            succeeded,
+            responses: gets
+                .into_iter()
+                .map(|kv| PbResponseOp {
+                    response: Some(PbTxnOpResponse::ResponseRange(PbRangeResponse {
+                        kvs: kv.into_iter().collect(),
+                        ..PbRangeResponse::default()
+                    })),
+                })
+                .collect(),
+        })
+    }
+
+    fn unknown() -> EtcdError {
+        EtcdError::timed_out("append", "http://e", Duration::from_secs(1))
+    }
+
+    fn settled(written: Written) -> String {
+        let ours = Uuid::from_u128(1);
+        format!("{:?}", append(ours).settle(written))
+    }
+
+    #[test]
+    fn a_reply_settles_by_its_compare_and_else_branch() {
+        let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        assert_eq!(
+            settled(Written::Replied(reply(true, vec![]))),
+            "Committed { revision: 60 }"
+        );
+        // The compare failed: an earlier send of ours committed the first record...
+        assert_eq!(
+            settled(Written::Replied(reply(false, vec![Some(record(ours))]))),
+            "Committed { revision: 50 }"
+        );
+        // ...or someone else's record is there, or none is: fenced.
+        assert_eq!(
+            settled(Written::Replied(reply(false, vec![Some(record(theirs))]))),
+            "Fenced"
+        );
+        assert_eq!(
+            settled(Written::Replied(reply(false, vec![None]))),
+            "Fenced"
+        );
+    }
+
+    #[test]
+    fn a_resolving_read_settles_by_the_first_record_then_the_owner_key() {
+        let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let resolved = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| {
+            settled(Written::Resolved {
+                read: reply(true, vec![first, owner]),
+                unknown: unknown(),
+            })
+        };
+        let epoch = EPOCH.revision();
+        // Our record is there: committed, whoever owns the session now.
+        assert_eq!(
+            resolved(Some(record(ours)), None),
+            "Committed { revision: 50 }"
+        );
+        // Another writer's record took its place: it can never commit.
+        assert_eq!(resolved(Some(record(theirs)), Some(owner(epoch))), "Fenced");
+        // No record, and the owner key is gone or newer: it can never commit either.
+        assert_eq!(resolved(None, None), "Fenced");
+        assert_eq!(resolved(None, Some(owner(epoch + 1))), "Fenced");
+        // No record yet while the owner key is still ours: it may still commit.
+        assert!(resolved(None, Some(owner(epoch))).starts_with("Unknown("));
+    }
+
+    #[test]
+    fn no_answer_stays_unknown_and_a_refusal_stays_failed() {
+        assert!(settled(Written::Unknown(unknown())).starts_with("Unknown("));
+        assert!(settled(Written::Failed(unknown())).starts_with("Failed("));
+    }
 
     #[test]
     fn the_size_estimate_counts_every_key_and_value_once_plus_fixed_overheads() {
