@@ -420,4 +420,55 @@ mod tests {
         registry.lose_all(None, LossReason::StoreClosed);
         assert_eq!(held_b.loss_reason(), Some(LossReason::StoreClosed));
     }
+
+    fn ours(revision: i64, nonce: Uuid) -> OwnerEvent {
+        OwnerEvent::Put {
+            revision,
+            create_revision: revision,
+            ours: Some(nonce),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_unadopted_key_of_ours_seen_while_acquiring_is_an_orphan_once() {
+        let session = Uuid::new_v4();
+        let (first, second) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut registry = Registry::default();
+        registry.begin_acquire(session);
+        // Two keys of ours came and went while the acquisition was under way, the first seen
+        // twice; the acquisition ends without a lease.
+        registry.observe(session, ours(5, first));
+        registry.observe(session, ours(5, first));
+        registry.observe(session, OwnerEvent::Deleted { revision: 6 });
+        registry.observe(session, ours(7, second));
+        assert_eq!(
+            registry.end_acquire(session, None),
+            vec![
+                Orphan {
+                    session,
+                    nonce: first
+                },
+                Orphan {
+                    session,
+                    nonce: second
+                }
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_of_ours_seen_by_a_standby_is_an_orphan_and_not_kept() {
+        let (session, nonce) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut registry = Registry::default();
+        // Only a standby waits on the session: nothing acquires or holds it.
+        registry.add_waiter(session, Arc::new(Notify::new()));
+        assert_eq!(
+            registry.observe(session, ours(5, nonce)),
+            Some(Orphan { session, nonce })
+        );
+        assert!(
+            registry.entries[&session].seen.is_empty(),
+            "events are kept only for an acquisition under way"
+        );
+    }
 }
