@@ -96,10 +96,10 @@ pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, estimate_size};
 
 pub(crate) use fence::open;
-pub use record::{DecodeError, Event, Fence, Record, Tip};
 #[cfg(feature = "testing")]
 pub(crate) use record::decode_tip;
 pub(crate) use record::encode_tip;
+pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub use replay::Replay;
 
 /// etcd's limits, as the journal checks them before sending.
