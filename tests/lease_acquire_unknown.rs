@@ -98,3 +98,31 @@ async fn an_owner_key_of_ours_that_no_lease_adopted_is_deleted() {
     let next = store.acquire_lease(orphan_session).await.unwrap();
     assert!(next.is_valid());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_acquisition_by_the_same_store_is_refused_as_held() {
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let session = Uuid::new_v4();
+    let held = store.acquire_lease(session).await.unwrap();
+    // Its key carries this store's identity, but not this acquisition's nonce: not adopted.
+    match store.acquire_lease(session).await {
+        Err(leasehold::AcquireError::Held(error)) => {
+            assert_eq!(error.holder_epoch, held.epoch())
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    // Two at once: exactly one gets it.
+    let other = Uuid::new_v4();
+    let (first, second) = tokio::join!(store.acquire_lease(other), store.acquire_lease(other));
+    assert_eq!(
+        [first.is_ok(), second.is_ok()]
+            .iter()
+            .filter(|ok| **ok)
+            .count(),
+        1,
+        "{first:?} {second:?}"
+    );
+    assert!(held.is_valid());
+    assert_eq!(store.held_sessions(), 2);
+}
