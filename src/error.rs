@@ -232,8 +232,9 @@ pub enum StoreError {
         /// The TTL asked for.
         ttl: Duration,
     },
-    /// The node name is empty or has a newline. Permanent.
-    #[error("invalid node name {node:?}: it must be non-empty and on one line")]
+    /// The node name is empty, longer than
+    /// [`MAX_NODE_LEN`](crate::store::MAX_NODE_LEN) bytes, or has a newline. Permanent.
+    #[error("invalid node name {node:?}: it must be non-empty, on one line, and at most 256 bytes")]
     InvalidNode {
         /// The name as given.
         node: String,

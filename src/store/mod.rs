@@ -154,7 +154,10 @@ impl StoreOptions {
         {
             return Err(StoreError::InvalidTtl { ttl: self.ttl });
         }
-        if self.node.is_empty() || self.node.contains(['\n', '\r']) {
+        if self.node.is_empty()
+            || self.node.len() > MAX_NODE_LEN
+            || self.node.contains(['\n', '\r'])
+        {
             return Err(StoreError::InvalidNode {
                 node: self.node.clone(),
             });
@@ -168,6 +171,9 @@ impl StoreOptions {
         Ok(())
     }
 }
+
+/// The longest node name, in bytes: it is written into every owner key and host key.
+pub const MAX_NODE_LEN: usize = 256;
 
 fn default_node_name() -> String {
     std::env::var("HOSTNAME")
@@ -682,6 +688,19 @@ mod tests {
                 let invalid = matches!(result, Err(StoreError::InvalidTtl { .. }));
                 proptest::prop_assert!(invalid);
             }
+        }
+    }
+
+    #[test]
+    fn node_names_are_one_line_of_at_most_256_bytes() {
+        let node = |name: &str| StoreOptions::new(["http://127.0.0.1:2379"]).with_node(name);
+        assert!(node("node-a").validate().is_ok());
+        assert!(node(&"n".repeat(MAX_NODE_LEN)).validate().is_ok());
+        for bad in ["", "a\nb", "a\rb", &"n".repeat(MAX_NODE_LEN + 1)] {
+            assert!(
+                matches!(node(bad).validate(), Err(StoreError::InvalidNode { .. })),
+                "{bad:?}"
+            );
         }
     }
 }
