@@ -45,3 +45,55 @@ async fn writes_move_past_a_member_that_refuses_them() {
         .unwrap_or_else(|violation| panic!("{violation}"));
     assert_eq!(report.events, 20, "each once");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_settling_read_moves_past_a_member_that_refuses_it() {
+    let etcd = common::Etcd::start().await;
+    let proxies = [
+        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
+        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
+    ];
+    let endpoints: Vec<String> = proxies.iter().map(FaultProxy::endpoint).collect();
+    let store = common::store(&endpoints, &etcd.ns, "a", 10).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    let mut history = AppendHistory::default();
+    let result = journal.append("before").await;
+    history.record(&["before"], &result);
+    result.unwrap();
+
+    // The append (record 3) never gets through either way. The first member also refuses
+    // anything naming record 3, so the read that settles it must move on to the second.
+    proxies[0].reject_requests_containing(etcd.ns.record_key(session, 3));
+    proxies[1].reject_requests_containing("poison");
+    let pending = tokio::spawn(async move {
+        let result = journal.append("poison").await;
+        (result, journal)
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(!pending.is_finished(), "re-sent while the lease is valid");
+
+    // An operator revokes the session: the lease is lost, and a read settles the append.
+    etcd.raw
+        .clone()
+        .delete(etcd.ns.owner_key(session), None)
+        .await
+        .unwrap();
+    let (result, _journal) = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .expect("settled")
+        .unwrap();
+    history.record(&["poison"], &result);
+    assert!(
+        matches!(result, Err(leasehold::JournalWriteError::Fenced(_))),
+        "the read, on the member that answers, proves it can never commit: {result:?}"
+    );
+    for proxy in &proxies {
+        proxy.clear_request_filter();
+    }
+    let report = check_journal(&store, session, &history)
+        .await
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(report.events, 1);
+}
