@@ -126,3 +126,36 @@ async fn a_second_acquisition_by_the_same_store_is_refused_as_held() {
     assert!(held.is_valid());
     assert_eq!(store.held_sessions(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_etcd_refuses_acquisitions_with_an_etcd_error_not_a_lost_node_lease() {
+    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let mut raw = etcd.raw.clone();
+    let member = raw.status().await.unwrap().header().unwrap().member_id();
+    let mut options = AlarmOptions::new();
+    options.with_member(member);
+    // etcd's quota alarm: writes are refused ("database space exceeded") until it is cleared.
+    raw.alarm(
+        AlarmAction::Activate,
+        AlarmType::Nospace,
+        Some(options.clone()),
+    )
+    .await
+    .unwrap();
+    match store.acquire_lease(Uuid::new_v4()).await {
+        Err(error @ leasehold::AcquireError::Etcd(_)) => {
+            assert!(!error.is_transient(), "{error:?}");
+        }
+        other => panic!("expected an etcd error, got {other:?}"),
+    }
+    assert!(store.is_node_lease_valid(), "the node lease is fine");
+    raw.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
+        .await
+        .unwrap();
+    store
+        .acquire_lease(Uuid::new_v4())
+        .await
+        .expect("writes go through once the alarm is cleared");
+}
