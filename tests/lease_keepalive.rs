@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::testing::{FaultProxy, wait_for};
+use leasehold::testing::wait_for;
 use leasehold::{LossReason, Uuid};
 use tokio::time::Instant;
 
@@ -14,11 +14,7 @@ use tokio::time::Instant;
 async fn a_stalled_keepalive_stream_moves_to_another_member_before_the_deadline() {
     let etcd = common::Etcd::start().await;
     // Two ways to the same member; one of them carries the keepalive stream at any time.
-    let proxies = [
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-    ];
-    let endpoints: Vec<String> = proxies.iter().map(FaultProxy::endpoint).collect();
+    let (proxies, endpoints) = etcd.two_ways().await;
     // TTL 3 s, margin 0.5 s: renewals every second, the deadline 2.5 s after the last one
     // answered. A stream left stalled would lose the lease within 2.5 s.
     let store = common::store(&endpoints, &etcd.ns, "a", 3).await;

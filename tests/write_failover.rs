@@ -8,18 +8,46 @@ use std::time::Duration;
 use leasehold::Uuid;
 use leasehold::testing::{AppendHistory, FaultProxy, check_journal};
 
+/// A store that reaches one etcd member two ways, with a journal open on a fresh session.
+struct TwoWays {
+    journal: leasehold::Journal,
+    _lease: leasehold::Lease,
+    store: leasehold::Store,
+    session: Uuid,
+    proxies: [FaultProxy; 2],
+    // Last: the container outlives the rest.
+    etcd: common::Etcd,
+}
+
+impl TwoWays {
+    async fn open() -> Self {
+        let etcd = common::Etcd::start().await;
+        let (proxies, endpoints) = etcd.two_ways().await;
+        let store = common::store(&endpoints, &etcd.ns, "a", 10).await;
+        let session = Uuid::new_v4();
+        let lease = store.acquire_lease(session).await.unwrap();
+        let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+        Self {
+            journal,
+            _lease: lease,
+            store,
+            session,
+            proxies,
+            etcd,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_move_past_a_member_that_refuses_them() {
-    let etcd = common::Etcd::start().await;
-    let proxies = [
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-    ];
-    let endpoints: Vec<String> = proxies.iter().map(FaultProxy::endpoint).collect();
-    let store = common::store(&endpoints, &etcd.ns, "a", 10).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    let TwoWays {
+        journal,
+        _lease,
+        store,
+        session,
+        proxies,
+        etcd: _etcd,
+    } = TwoWays::open().await;
     let mut history = AppendHistory::default();
 
     // Each way refuses in turn: whichever a write starts on, it must move to the other.
@@ -48,16 +76,14 @@ async fn writes_move_past_a_member_that_refuses_them() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_settling_read_moves_past_a_member_that_refuses_it() {
-    let etcd = common::Etcd::start().await;
-    let proxies = [
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-        FaultProxy::start(etcd.node.endpoint()).await.unwrap(),
-    ];
-    let endpoints: Vec<String> = proxies.iter().map(FaultProxy::endpoint).collect();
-    let store = common::store(&endpoints, &etcd.ns, "a", 10).await;
-    let session = Uuid::new_v4();
-    let lease = store.acquire_lease(session).await.unwrap();
-    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    let TwoWays {
+        journal,
+        _lease,
+        store,
+        session,
+        proxies,
+        etcd,
+    } = TwoWays::open().await;
     let mut history = AppendHistory::default();
     let result = journal.append("before").await;
     history.record(&["before"], &result);

@@ -84,6 +84,14 @@ pub(crate) struct Etcd {
 }
 
 impl Etcd {
+    /// Two proxies to this member: two ways for one store to reach it, to be failed apart.
+    pub(crate) async fn two_ways(&self) -> ([leasehold::testing::FaultProxy; 2], Vec<String>) {
+        let way = || leasehold::testing::FaultProxy::start(self.node.endpoint());
+        let proxies = [way().await.unwrap(), way().await.unwrap()];
+        let endpoints = proxies.iter().map(|p| p.endpoint()).collect();
+        (proxies, endpoints)
+    }
+
     pub(crate) async fn start() -> Self {
         let node = leasehold::testing::EtcdNode::start()
             .await
