@@ -61,20 +61,13 @@ async fn an_owner_key_of_ours_that_no_lease_adopted_is_deleted() {
     let store = etcd.store("a", 10).await;
     let raw = &etcd.raw;
 
-    // This store's identity, as its owner keys carry it: `leasehold-owner/1 {store} {nonce} {node}`.
     let held = store.acquire_lease(Uuid::new_v4()).await.unwrap();
-    let value = raw.clone().get(held.owner_key(), None).await.unwrap();
-    let value = std::str::from_utf8(value.kvs()[0].value())
-        .unwrap()
-        .to_owned();
-    let fields: Vec<&str> = value.splitn(4, ' ').collect();
-    let (store_id, node) = (fields[1], fields[3]);
 
     // What a late commit of an abandoned acquisition leaves: a key of this store, on its node
     // lease, with a nonce no lease of it holds.
     let orphan_session = Uuid::new_v4();
     let orphan_key = etcd.ns.owner_key(orphan_session);
-    let orphan_value = format!("leasehold-owner/1 {store_id} {} {node}", Uuid::new_v4());
+    let orphan_value = common::orphan_value(raw, &held).await;
     let node_lease = store.node_lease_id().expect("a node lease");
     raw.clone()
         .put(

@@ -110,20 +110,9 @@ async fn an_orphan_written_while_the_watch_was_down_is_deleted_on_restart() {
     let ns = random_namespace();
     let store = common::store(&[proxy.endpoint()], &ns, "a", 30).await;
     let mut raw = common::raw(etcd.endpoint()).await;
-    // This store's identity, as its owner keys carry it: `leasehold-owner/1 {store} {nonce} {node}`.
     let held = store.acquire_lease(Uuid::new_v4()).await.unwrap();
-    let value = raw.get(held.owner_key(), None).await.unwrap();
-    let value = std::str::from_utf8(value.kvs()[0].value())
-        .unwrap()
-        .to_owned();
-    let fields: Vec<&str> = value.splitn(4, ' ').collect();
     let orphan = ns.owner_key(Uuid::new_v4());
-    let orphan_value = format!(
-        "leasehold-owner/1 {} {} {}",
-        fields[1],
-        Uuid::new_v4(),
-        fields[3]
-    );
+    let orphan_value = common::orphan_value(&raw, &held).await;
     let node_lease = store.node_lease_id().unwrap();
 
     // What a late commit of an abandoned acquisition leaves, written while the watch was down.

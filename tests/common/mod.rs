@@ -63,6 +63,21 @@ pub(crate) async fn store_timeout(
     Store::connect(options).await.expect("store connects")
 }
 
+/// What a late commit of an abandoned acquisition leaves: the owner value of a key written by
+/// the store that holds `held`, with a nonce no lease of it holds. Read from `held`'s own key:
+/// `leasehold-owner/1 {store} {nonce} {node}`.
+pub(crate) async fn orphan_value(raw: &etcd_client::Client, held: &leasehold::Lease) -> String {
+    let response = raw.clone().get(held.owner_key(), None).await.expect("get");
+    let value = std::str::from_utf8(response.kvs()[0].value()).expect("an owner value");
+    let fields: Vec<&str> = value.splitn(4, ' ').collect();
+    format!(
+        "leasehold-owner/1 {} {} {}",
+        fields[1],
+        leasehold::Uuid::new_v4(),
+        fields[3]
+    )
+}
+
 /// The current etcd revision, read from outside.
 pub(crate) async fn revision(client: &etcd_client::Client) -> i64 {
     client
