@@ -413,6 +413,60 @@ pub enum ReplayError {
     Etcd(#[source] EtcdError),
 }
 
+/// Trimming or deleting a journal was refused or failed.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RetentionError {
+    /// Refused locally: the lease is lost or invalid. Nothing more was sent. Permanent.
+    #[error("refused")]
+    LeaseLost(#[source] JournalLeaseLostError),
+    /// The session's owner key is not at this epoch (a stale owner): nothing was changed.
+    /// Permanent.
+    #[error("session {session} is not owned at epoch {epoch} (owner epoch: {})", .owner.map_or("none".to_owned(), |e| e.to_string()))]
+    NotOwner {
+        /// The session.
+        session: Uuid,
+        /// The epoch the trim or delete was made under.
+        epoch: Epoch,
+        /// The owner key's epoch, if anyone owns the session.
+        owner: Option<Epoch>,
+    },
+    /// An operator's delete of a journal whose session is owned: revoke it first. Nothing was
+    /// changed. Permanent while the session is owned.
+    #[error(
+        "session {session} is owned (epoch {owner}): a journal is deleted only when nobody owns its session"
+    )]
+    Owned {
+        /// The session.
+        session: Uuid,
+        /// The owner's epoch.
+        owner: Epoch,
+    },
+    /// A trim past the last record, which is always kept. Nothing was changed. Permanent.
+    #[error(
+        "cannot trim before {before}: the journal ends at {tip}, and its last record is always kept"
+    )]
+    BeyondTip {
+        /// The first sequence number the trim would keep.
+        before: u64,
+        /// The tip's sequence number (0: no journal).
+        tip: u64,
+    },
+    /// The base or tip could not be decoded. Permanent.
+    #[error("retention failed")]
+    Decode(#[source] DecodeError),
+    /// Others kept changing the journal's base or tip between each read and write. Transient.
+    #[error("the journal of {session} kept changing under the trim or delete")]
+    Contended {
+        /// The session.
+        session: Uuid,
+    },
+    /// etcd failed. A trim may have moved the base part of the way, a delete may have
+    /// applied; repeating either is safe. Transient or permanent as its class says.
+    #[error("retention failed")]
+    Etcd(#[source] EtcdError),
+}
+
 // etcd's canonical error descriptions (server/etcdserver/api/v3rpc/rpctypes). etcd reports these
 // only as gRPC status messages; its own Go client maps them back by the same strings.
 const ETCD_NO_LEADER: &str = "etcdserver: no leader";

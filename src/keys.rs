@@ -9,6 +9,7 @@
 //! | `{ns}/owners/{session}` | the session's owner; exists while someone owns it |
 //! | `{ns}/journals/{session}/tip` | the journal's last sequence number, epoch and nonce |
 //! | `{ns}/journals/{session}/r/{seq:020}` | one journal record |
+//! | `{ns}/journals/{session}/base` | the first sequence number a trimmed journal keeps |
 //! | `{ns}/workspaces/{id}` | workspace-root ownership |
 //! | `{ns}/hosts/{store}` | a live [`SessionHost`](crate::SessionHost), attached to its node lease |
 //!
@@ -97,6 +98,17 @@ impl Namespace {
     /// `{ns}/journals/`: the prefix of all journals.
     pub fn journals_prefix(&self) -> String {
         format!("{}/journals/", self.0)
+    }
+
+    /// `{ns}/journals/{session}/`: everything of one journal (records, tip, base).
+    pub fn journal_prefix(&self, session: Uuid) -> String {
+        format!("{}/journals/{}/", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/journals/{session}/base`: the first sequence number a trimmed journal keeps
+    /// (absent: 1).
+    pub fn base_key(&self, session: Uuid) -> String {
+        format!("{}/journals/{}/base", self.0, session.hyphenated())
     }
 
     /// `{ns}/journals/{session}/tip`.

@@ -56,6 +56,7 @@
 //! # }
 //! ```
 
+pub mod admin;
 mod connection;
 mod error;
 pub mod fault;
@@ -69,6 +70,7 @@ pub mod store;
 pub mod testing;
 mod write;
 
+pub use admin::Admin;
 pub use connection::{
     ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
     etcd_metric,
@@ -76,11 +78,12 @@ pub use connection::{
 pub use error::{
     AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,
     LeaseHeldError, LeaseLostError, NilLeaseError, OpenJournalError, ReleaseError, ReplayError,
-    StoreError,
+    RetentionError, StoreError,
 };
 pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
 pub use journal::{
-    Appended, DecodeError, Event, Fence, Journal, JournalLimits, Record, Replay, ReplayOptions, Tip,
+    Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLimits, Record, Replay,
+    ReplayOptions, Tip, Trimmed,
 };
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};

@@ -71,15 +71,31 @@
 //! memory. If the snapshot revision is compacted mid-replay, the replay fails with
 //! [`ReplayError::Compacted`](crate::ReplayError::Compacted).
 //!
+//! # Retention
+//!
+//! etcd is shared and has a storage quota; a full quota stops writes for every tenant. So a
+//! journal can be trimmed ([`Journal::trim`], or an operator's
+//! [`Admin::trim`](crate::admin::Admin::trim)) and a finished session's journal deleted
+//! ([`Store::delete_journal`](crate::Store::delete_journal),
+//! [`Admin::delete_journal`](crate::admin::Admin::delete_journal)). `{ns}/journals/{s}/base`
+//! holds the first sequence number kept (absent: 1); a trim moves it and deletes the records
+//! below it in one transaction, in batches of [`TRIM_BATCH`], comparing the base as read and,
+//! for the owner, the owner key's epoch. It never touches the tip, so it never fences the
+//! writer; the last record is always kept. Replays start at the base, and a gap below it is a
+//! trim, not a loss. Deleted keys still take space in etcd's backend until etcd compacts its
+//! history and defragments.
+//!
 //! # Encoding
 //!
 //! See the `record` module: a versioned binary envelope; decoding garbage yields a
 //! [`DecodeError`] naming the key, never a panic.
 
 mod cas;
+mod check;
 mod fence;
 mod record;
 mod replay;
+mod retention;
 
 use std::collections::VecDeque;
 
@@ -88,19 +104,22 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::connection::Connection;
-use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError};
+use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError, RetentionError};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::write::WritePolicy;
 pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, estimate_size};
 
+pub(crate) use check::check;
+pub use check::{JournalCheck, Violation};
 pub(crate) use fence::open;
-#[cfg(feature = "testing")]
-pub(crate) use record::decode_tip;
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
+pub(crate) use record::{decode_base, decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
+pub(crate) use retention::{Authority, Retention};
+pub use retention::{Deleted, TRIM_BATCH, Trimmed};
 
 /// etcd's limits, as the journal checks them before sending.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -514,6 +533,30 @@ impl Journal {
                 Err(JournalWriteError::OutcomeUnknown(error))
             }
             Sent::Failed(error) => Err(JournalWriteError::Etcd(error)),
+        }
+    }
+
+    /// Trims the journal: removes the records before `before`, keeping `before` and every
+    /// record after it, under this journal's epoch (see the [retention](self#retention)
+    /// protocol). It never fences appends, and may run while they go on. Idempotent: a journal
+    /// already trimmed that far is left as it is.
+    ///
+    /// Fails with [`BeyondTip`](RetentionError::BeyondTip) past the last record (always kept),
+    /// [`NotOwner`](RetentionError::NotOwner) when the session is no longer owned at this
+    /// epoch, and [`LeaseLost`](RetentionError::LeaseLost) once the lease is invalid.
+    pub async fn trim(&self, before: u64) -> Result<Trimmed, RetentionError> {
+        self.retention().trim(before, TRIM_BATCH).await
+    }
+
+    fn retention(&self) -> Retention<'_> {
+        let context = &self.context;
+        Retention {
+            connection: &context.connection,
+            namespace: &context.namespace,
+            policy: &context.policy,
+            stop: &context.stop,
+            session: self.session_id(),
+            authority: Authority::Owner(&self.ownership),
         }
     }
 

@@ -7,6 +7,7 @@
 //!   kind 0 (event): body = the user's payload, as is
 //!   kind 1 (fence): body = has_previous:u8 [seq:u64 epoch:u64 nonce:[u8;16]]
 //! tip     = version:u8 (=1) seq:u64 epoch:u64 nonce:[u8;16]
+//! base    = version:u8 (=1) seq:u64
 //! ```
 //!
 //! Integers are big-endian. `seq` repeats the key's sequence number, `epoch` is the writer's
@@ -25,6 +26,7 @@ const KIND_FENCE: u8 = 1;
 /// version + kind + seq + epoch + nonce.
 pub(crate) const RECORD_HEADER: usize = 1 + 1 + 8 + 8 + 16;
 pub(crate) const TIP_LEN: usize = 1 + 8 + 8 + 16;
+const BASE_LEN: usize = 1 + 8;
 
 /// A value under a journal's prefix could not be decoded. Permanent: the bytes stay bad.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -256,6 +258,28 @@ pub(crate) fn decode_record(
     decode().map_err(failed(key))
 }
 
+pub(crate) fn encode_base(seq: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BASE_LEN);
+    out.push(VERSION);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out
+}
+
+/// Decodes a base value: the first sequence number a trimmed journal keeps (at least 1).
+pub(crate) fn decode_base(key: &[u8], value: &[u8]) -> Result<u64, DecodeError> {
+    let decode = || -> Result<u64, String> {
+        let mut reader = Reader { bytes: value };
+        reader.version()?;
+        let seq = reader.u64("base seq")?;
+        reader.finish()?;
+        if seq == 0 {
+            return Err("base 0: sequence numbers start at 1".into());
+        }
+        Ok(seq)
+    };
+    decode().map_err(failed(key))
+}
+
 /// Decodes a tip value.
 pub(crate) fn decode_tip(key: &[u8], value: &[u8]) -> Result<Tip, DecodeError> {
     let decode = || -> Result<Tip, String> {
@@ -348,6 +372,15 @@ mod tests {
         let misplaced = decode_record(b"k", Some(4), &good).unwrap_err();
         assert!(misplaced.reason.contains("seq 3"), "{misplaced}");
         assert!(decode_tip(b"tip", b"\x01short").is_err());
+        for bad in [
+            &b""[..],
+            b"\x01",
+            b"\x02\0\0\0\0\0\0\0\x05",
+            b"\x01\0\0\0\0\0\0\0\0",
+        ] {
+            assert_eq!(decode_base(b"base", bad).unwrap_err().key, "base");
+        }
+        assert_eq!(decode_base(b"base", &encode_base(7)).unwrap(), 7);
     }
 
     proptest::proptest! {
@@ -360,6 +393,7 @@ mod tests {
         ) {
             let _ = decode_record(&key, seq, &value);
             let _ = decode_tip(&key, &value);
+            let _ = decode_base(&key, &value);
             let _ = seq_of_key(&key);
         }
 
@@ -377,6 +411,8 @@ mod tests {
             proptest::prop_assert_eq!(decoded.epoch(), Epoch(epoch));
             let tip = Tip { seq, epoch: Epoch(epoch), nonce };
             proptest::prop_assert_eq!(decode_tip(b"k", &encode_tip(&tip)).unwrap(), tip);
+            let base = decode_base(b"k", &encode_base(seq));
+            proptest::prop_assert_eq!(base.ok(), (seq > 0).then_some(seq));
         }
     }
 

@@ -4,12 +4,12 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, Stream};
 
 use super::ReplayOptions;
-use super::record::{Record, decode_record, seq_of_key};
+use super::record::{Record, decode_base, decode_record, seq_of_key};
 use crate::connection::Connection;
 use crate::error::ReplayError;
 
@@ -24,20 +24,26 @@ fn is_too_large(error: &crate::EtcdError) -> bool {
 
 struct Page {
     revision: i64,
+    /// The base at the snapshot revision, read with the first page.
+    base: Option<u64>,
     kvs: Vec<(Vec<u8>, Vec<u8>)>,
     more: bool,
 }
 
 /// A journal's records in sequence order, as of one revision; a [`Stream`].
 ///
-/// The first page fixes the snapshot revision (a linearizable read); every later page reads at
-/// that revision. Memory is bounded by one page: at most `page_records` records, and fewer when
+/// The first page fixes the snapshot revision (a linearizable read, which also reads the
+/// journal's base); every later page reads at that revision. A trimmed journal's records start
+/// at its [`base`](Self::base): the records below it were trimmed, not lost. Memory is bounded by one page: at most `page_records` records, and fewer when
 /// records are large, so that a page stays near `page_bytes`.
 pub struct Replay {
     connection: Connection,
+    prefix: String,
+    base_key: String,
     next_key: Vec<u8>,
     range_end: Vec<u8>,
     revision: i64,
+    base: u64,
     options: ReplayOptions,
     /// The largest record seen so far; `None` before the first page.
     largest_record: Option<usize>,
@@ -61,12 +67,22 @@ impl std::fmt::Debug for Replay {
 }
 
 impl Replay {
-    pub(crate) fn new(connection: Connection, prefix: String, options: ReplayOptions) -> Self {
+    /// A replay of the records under `prefix` (`r/` of a journal whose base is at
+    /// `base_key`).
+    pub(crate) fn new(
+        connection: Connection,
+        prefix: String,
+        base_key: String,
+        options: ReplayOptions,
+    ) -> Self {
         Self {
             connection,
             range_end: crate::keys::prefix_end(&prefix),
-            next_key: prefix.into_bytes(),
+            next_key: prefix.clone().into_bytes(),
+            prefix,
+            base_key,
             revision: 0,
+            base: 1,
             options: options.clone(),
             largest_record: None,
             buffered: VecDeque::new(),
@@ -81,6 +97,21 @@ impl Replay {
     /// The snapshot revision, once the first page is read (0 before).
     pub fn revision(&self) -> i64 {
         self.revision
+    }
+
+    /// Starts at sequence number `seq` instead of the journal's first record. Call it before
+    /// the first poll.
+    pub fn from_seq(mut self, seq: u64) -> Self {
+        if self.pages == 0 {
+            self.next_key = format!("{}{seq:020}", self.prefix).into_bytes();
+        }
+        self
+    }
+
+    /// The journal's base at the snapshot revision, once the first page is read: its first
+    /// kept sequence number (1 for a journal never trimmed, and before the first page).
+    pub fn base(&self) -> u64 {
+        self.base
     }
 
     /// How many pages were read so far.
@@ -99,6 +130,9 @@ impl Replay {
     }
 
     fn fetch(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
+        if self.revision == 0 {
+            return self.fetch_first();
+        }
         let connection = self.connection.clone();
         let (from, to, revision) = (self.next_key.clone(), self.range_end.clone(), self.revision);
         let limit = self.page_limit() as i64;
@@ -122,6 +156,7 @@ impl Replay {
                 })?;
             Ok(Page {
                 revision: response.header().map_or(0, |h| h.revision()),
+                base: None,
                 more: response.more(),
                 kvs: response
                     .kvs()
@@ -133,12 +168,68 @@ impl Replay {
         .boxed()
     }
 
+    /// The first page: one linearizable transaction reads the base and the first records,
+    /// and fixes the snapshot revision.
+    fn fetch_first(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
+        let connection = self.connection.clone();
+        let (from, to, base_key) = (
+            self.next_key.clone(),
+            self.range_end.clone(),
+            self.base_key.clone(),
+        );
+        let limit = self.page_limit() as i64;
+        async move {
+            let response = connection
+                .read("replay", |mut client, _| {
+                    let txn = Txn::new().and_then([
+                        TxnOp::get(base_key.clone(), None),
+                        TxnOp::get(
+                            from.clone(),
+                            Some(GetOptions::new().with_range(to.clone()).with_limit(limit)),
+                        ),
+                    ]);
+                    async move { client.txn(txn).await }
+                })
+                .await
+                .map_err(ReplayError::Etcd)?;
+            let mut ranges = response
+                .op_responses()
+                .into_iter()
+                .filter_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get),
+                    _ => None,
+                });
+            let (base, records) = (ranges.next(), ranges.next());
+            let base = match base.as_ref().and_then(|get| get.kvs().first()) {
+                Some(kv) => Some(decode_base(kv.key(), kv.value()).map_err(ReplayError::Decode)?),
+                None => Some(1),
+            };
+            Ok(Page {
+                revision: response.header().map_or(0, |h| h.revision()),
+                base,
+                more: records.as_ref().is_some_and(|get| get.more()),
+                kvs: records
+                    .map(|get| {
+                        get.kvs()
+                            .iter()
+                            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            })
+        }
+        .boxed()
+    }
+
     /// Buffers a page's records; an undecodable one ends the replay after the records before
     /// it.
     fn take_page(&mut self, page: Page) {
         self.pages += 1;
         if self.revision == 0 {
             self.revision = page.revision;
+        }
+        if let Some(base) = page.base {
+            self.base = base;
         }
         if let Some((last, _)) = page.kvs.last() {
             let mut next = last.clone();

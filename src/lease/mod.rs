@@ -50,6 +50,11 @@ impl Epoch {
     pub(crate) fn revision(self) -> i64 {
         self.0 as i64
     }
+
+    /// The epoch of an owner key created at `revision` (etcd revisions are never negative).
+    pub(crate) fn from_revision(revision: i64) -> Self {
+        Self(revision.max(0) as u64)
+    }
 }
 
 impl fmt::Display for Epoch {

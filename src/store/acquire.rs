@@ -87,7 +87,7 @@ impl StoreShared {
             .filter(|node| node.is_valid())
             .ok_or(AcquireError::NodeLeaseInvalid)?;
         let key = self.namespace.owner_key(session);
-        let nonce = Uuid::new_v4();
+        let nonce = Uuid::now_v7();
         let value = OwnerValue {
             store: self.id,
             nonce,

@@ -63,17 +63,19 @@ use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, RetryPolicy};
 use crate::error::{
-    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, StoreError,
+    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, RetentionError,
+    StoreError,
 };
 use crate::journal::{
-    self, Event, Journal, JournalContext, JournalLimits, Record, Replay, ReplayOptions,
+    self, Authority, Deleted, Event, Journal, JournalContext, JournalLimits, Record, Replay,
+    ReplayOptions, Retention,
 };
 use crate::keys::Namespace;
 use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
 use crate::write::{self, WritePolicy, Written};
 use cleanup::Cleanup;
 pub(crate) use cleanup::Delete;
-use owner_value::OwnerValue;
+pub(crate) use owner_value::OwnerValue;
 use registry::{Orphan, Registry};
 
 /// etcd's largest lease TTL, in seconds.
@@ -408,6 +410,39 @@ impl Store {
         opened
     }
 
+    /// Deletes `session`'s whole journal (records, tip, base) under `lease`, for a finished
+    /// session: one transaction guarded by the owner key's epoch (see the
+    /// [retention](mod@crate::journal#retention) protocol). A journal still open under the
+    /// lease is fenced by it (its next append fails). Idempotent: no journal, nothing deleted.
+    ///
+    /// Fails with [`NotOwner`](RetentionError::NotOwner) when `lease` is not (or no longer)
+    /// the owner of `session`, and [`LeaseLost`](RetentionError::LeaseLost) once it is invalid.
+    pub async fn delete_journal(
+        &self,
+        session: Uuid,
+        lease: &Lease,
+    ) -> Result<Deleted, RetentionError> {
+        let ownership = lease.ownership();
+        if session != lease.session_id() {
+            return Err(RetentionError::NotOwner {
+                session,
+                epoch: lease.epoch(),
+                owner: None,
+            });
+        }
+        let context = self.shared.journal_context();
+        Retention {
+            connection: &context.connection,
+            namespace: &context.namespace,
+            policy: &context.policy,
+            stop: &context.stop,
+            session,
+            authority: Authority::Owner(&ownership),
+        }
+        .delete()
+        .await
+    }
+
     /// Replays `session`'s events (fences hidden) at one snapshot revision. Needs no lease.
     pub fn replay(
         &self,
@@ -435,6 +470,7 @@ impl Store {
         Replay::new(
             self.shared.connection.clone(),
             self.shared.namespace.records_prefix(session),
+            self.shared.namespace.base_key(session),
             options,
         )
     }

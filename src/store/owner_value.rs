@@ -7,7 +7,8 @@
 //! The store id names the [`Store`](crate::Store) instance (a fresh UUID per process), so a
 //! store recognizes its own keys even when two processes share a node name. The nonce names the
 //! acquisition attempt: an acquisition whose outcome is unknown is resolved by reading it
-//! back. The node name is for people.
+//! back. It is a version 7 UUID, so it also tells when the acquisition was made (by the
+//! acquiring node's clock; for people, never for decisions). The node name is for people.
 
 use uuid::Uuid;
 

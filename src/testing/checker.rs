@@ -1,14 +1,12 @@
 //! Checks a journal against the safety invariants, given what its writers were told.
 
 use std::collections::HashMap;
-use std::fmt;
 
-use etcd_client::GetOptions;
-use futures_util::StreamExt as _;
 use uuid::Uuid;
 
 use crate::error::JournalWriteError;
-use crate::journal::{Appended, Record, decode_tip};
+use crate::journal::Appended;
+pub use crate::journal::Violation;
 use crate::lease::Epoch;
 use crate::store::Store;
 
@@ -41,6 +39,8 @@ pub struct AppendHistory {
 struct Call {
     payloads: Vec<Vec<u8>>,
     told: Told,
+    /// The sequence numbers an acknowledged call was told.
+    seqs: Option<(u64, u64)>,
     invoked: u64,
     completed: u64,
 }
@@ -64,12 +64,21 @@ impl AppendHistory {
         self.clock
     }
 
-    fn push<P: AsRef<[u8]>>(&mut self, payloads: &[P], told: Told, invoked: u64) {
+    fn push<P: AsRef<[u8]>>(
+        &mut self,
+        payloads: &[P],
+        result: Option<&Result<Appended, JournalWriteError>>,
+        invoked: u64,
+    ) {
         let completed = self.tick();
         let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
         self.calls.push(Call {
             payloads,
-            told,
+            told: result.map_or(Told::Unknown, told),
+            seqs: result.and_then(|result| {
+                let appended = result.as_ref().ok()?;
+                Some((appended.first_seq, appended.last_seq))
+            }),
             invoked,
             completed,
         });
@@ -83,7 +92,7 @@ impl AppendHistory {
         result: &Result<Appended, JournalWriteError>,
     ) {
         let invoked = self.tick();
-        self.push(payloads, told(result), invoked);
+        self.push(payloads, Some(result), invoked);
     }
 
     /// Notes that an append call starts now; record its result with
@@ -99,7 +108,7 @@ impl AppendHistory {
         payloads: &[P],
         result: &Result<Appended, JournalWriteError>,
     ) {
-        self.push(payloads, told(result), invocation.0);
+        self.push(payloads, Some(result), invocation.0);
     }
 
     /// Appends another writer's history to this one (e.g. the old owner's, then the new
@@ -118,7 +127,7 @@ impl AppendHistory {
     /// append was in flight.
     pub fn record_unknown<P: AsRef<[u8]>>(&mut self, payloads: &[P]) {
         let invoked = self.tick();
-        self.push(payloads, Told::Unknown, invoked);
+        self.push(payloads, None, invoked);
     }
 
     fn count(&self, told: Told) -> usize {
@@ -158,171 +167,6 @@ pub struct JournalReport {
     pub unknown_committed: usize,
 }
 
-/// One way a journal breaks an invariant (the numbers of DESIGN's §6).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Violation {
-    /// The replay itself failed.
-    Replay(String),
-    /// 1: the record at position `expected` holds sequence number `found` (a gap or a
-    /// duplicate).
-    Gap {
-        /// The position.
-        expected: u64,
-        /// The sequence number found there.
-        found: u64,
-    },
-    /// 1: a fence names a previous tip that is not the record before it: two writers wrote
-    /// from different tips (a fork).
-    Fork {
-        /// The fence's sequence number.
-        fence: u64,
-        /// The (seq, epoch) the fence names.
-        names: Option<(u64, Epoch)>,
-        /// The (seq, epoch) of the record before it.
-        before: Option<(u64, Epoch)>,
-    },
-    /// 1: the tip is not the last record (its seq, epoch and nonce).
-    TipMismatch {
-        /// The tip's (seq, epoch), `None` if absent or undecodable.
-        tip: Option<(u64, Epoch)>,
-        /// The last record's (seq, epoch).
-        last: Option<(u64, Epoch)>,
-    },
-    /// 2: a record of an older epoch after a fence of a newer one.
-    StaleRecord {
-        /// The record.
-        seq: u64,
-        /// Its epoch.
-        epoch: Epoch,
-        /// The epoch of the last fence before it.
-        fence: Epoch,
-    },
-    /// 2: an event whose epoch is not that of the last fence before it (its writer did not
-    /// fence first).
-    Unfenced {
-        /// The event.
-        seq: u64,
-        /// Its epoch.
-        epoch: Epoch,
-        /// The last fence's epoch before it, if any.
-        fence: Option<Epoch>,
-    },
-    /// 3: the first record is not a fence.
-    FirstNotFence,
-    /// 3: a fence whose epoch is not above the fence before it.
-    FenceNotIncreasing {
-        /// The fence.
-        seq: u64,
-        /// Its epoch.
-        epoch: Epoch,
-        /// The epoch of the fence before it.
-        previous: Epoch,
-    },
-    /// 4: an acknowledged append is missing, or present more than once.
-    Acknowledged {
-        /// The payload.
-        payload: String,
-        /// How often it is present.
-        present: u32,
-    },
-    /// 4: an outcome-unknown append is present more than once.
-    UnknownRepeated {
-        /// The payload.
-        payload: String,
-        /// How often it is present.
-        present: u32,
-    },
-    /// 4: an append reported as failed is present.
-    FailedPresent {
-        /// The payload.
-        payload: String,
-    },
-    /// 4: an append call is present in part (all or nothing), or its records are not one
-    /// contiguous run written by one transaction.
-    Torn {
-        /// The call's first payload.
-        first: String,
-        /// How many of its payloads are present.
-        present: usize,
-        /// How many it had.
-        of: usize,
-    },
-    /// 4: an acknowledged append comes after one of its epoch that started only after it was
-    /// acknowledged.
-    OutOfOrder {
-        /// The one acknowledged first.
-        earlier: String,
-        /// The one acknowledged later, found before it.
-        later: String,
-    },
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Violation::Replay(error) => write!(f, "replay failed: {error}"),
-            Violation::Gap { expected, found } => {
-                write!(
-                    f,
-                    "invariant 1: record {found} found where {expected} belongs"
-                )
-            }
-            Violation::Fork {
-                fence,
-                names,
-                before,
-            } => write!(
-                f,
-                "invariant 1: fence {fence} names previous tip {names:?}, but the record before it is {before:?}"
-            ),
-            Violation::TipMismatch { tip, last } => write!(
-                f,
-                "invariant 1: the tip {tip:?} is not the last record {last:?}"
-            ),
-            Violation::StaleRecord { seq, epoch, fence } => write!(
-                f,
-                "invariant 2: record {seq} of epoch {epoch} after a fence of epoch {fence}"
-            ),
-            Violation::Unfenced { seq, epoch, fence } => write!(
-                f,
-                "invariant 2: event {seq} of epoch {epoch} is not under a fence of its epoch (last fence: {fence:?})"
-            ),
-            Violation::FirstNotFence => f.write_str("invariant 3: record 1 is not a fence"),
-            Violation::FenceNotIncreasing {
-                seq,
-                epoch,
-                previous,
-            } => write!(
-                f,
-                "invariant 3: fence {seq} of epoch {epoch} after a fence of epoch {previous}"
-            ),
-            Violation::Acknowledged { payload, present } => write!(
-                f,
-                "invariant 4: acknowledged append {payload:?} present {present} times"
-            ),
-            Violation::UnknownRepeated { payload, present } => write!(
-                f,
-                "invariant 4: outcome-unknown append {payload:?} present {present} times"
-            ),
-            Violation::FailedPresent { payload } => {
-                write!(
-                    f,
-                    "invariant 4: append {payload:?} reported failed is present"
-                )
-            }
-            Violation::Torn { first, present, of } => write!(
-                f,
-                "invariant 4: the append of {first:?} is present in part or split ({present} of {of})"
-            ),
-            Violation::OutOfOrder { earlier, later } => write!(
-                f,
-                "invariant 4: {later:?}, acknowledged after {earlier:?}, comes before it"
-            ),
-        }
-    }
-}
-
 /// A journal broke an invariant; each violation says which and where.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("journal of {session} breaks its invariants:\n{}", .violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
@@ -345,111 +189,46 @@ fn show(payload: &[u8]) -> String {
     String::from_utf8_lossy(payload).into_owned()
 }
 
-/// Replays `session`'s journal at one revision, reads its tip at that revision, and checks the
-/// journal invariants against `history`:
-///
-/// 1. one chain: sequence numbers gapless from 1 (and unique: one key per number), each fence
-///    naming the record before it as its previous tip, and the tip naming the last record;
-/// 2. no record of epoch e after a fence of epoch e' > e; stronger: every event carries the
-///    epoch of the last fence before it (each writer fences before it writes). Sequence order
-///    is commit order here, since the chain is gapless and each append compares the tip;
-/// 3. fence epochs strictly increase, and record 1 is a fence;
-/// 4. every acknowledged append present exactly once, an outcome-unknown append at most once,
-///    a definitely failed append not at all; each append call all or nothing, as one
-///    contiguous run of one transaction (one nonce); an acknowledged append before every
-///    append of its epoch that started after it was acknowledged.
+/// Checks `session`'s journal against the invariants of [`JournalCheck`](crate::journal::JournalCheck)
+/// (what the journal holds: one chain from its base, fences before events, fence epochs
+/// increasing, the tip naming the last record), and against `history` (invariant 4): every
+/// acknowledged append present exactly once (or trimmed: below the journal's base), an
+/// outcome-unknown append at most once, a definitely failed append not at all; each append
+/// call all or nothing, as one contiguous run of one transaction (one nonce); an acknowledged
+/// append before every append of its epoch that started after it was acknowledged.
 pub async fn check_journal(
     store: &Store,
     session: Uuid,
     history: &AppendHistory,
 ) -> Result<JournalReport, InvariantViolation> {
-    let mut violations = Vec::new();
-    let mut replay = store.replay_records(session);
-    let (mut records, mut events) = (0u64, 0u64);
-    let mut fence_epochs: Vec<Epoch> = Vec::new();
     let mut placed: HashMap<Vec<u8>, Vec<Placed>> = HashMap::new();
-    let mut previous: Option<(u64, Epoch, Uuid)> = None;
-    while let Some(record) = replay.next().await {
-        let record = match record {
-            Ok(record) => record,
-            Err(error) => {
-                violations.push(Violation::Replay(error.to_string()));
-                break;
-            }
-        };
-        records += 1;
-        if records == 1 && !matches!(record, Record::Fence(_)) {
-            violations.push(Violation::FirstNotFence);
-        }
-        if record.seq() != records {
-            violations.push(Violation::Gap {
-                expected: records,
-                found: record.seq(),
+    let checked = crate::journal::check(store.connection(), store.namespace(), session, |event| {
+        placed
+            .entry(event.payload.clone())
+            .or_default()
+            .push(Placed {
+                position: event.seq,
+                epoch: event.epoch,
+                nonce: event.nonce,
+            });
+    })
+    .await;
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(error) => {
+            return Err(InvariantViolation {
+                session,
+                violations: vec![Violation::Replay(error.to_string())],
             });
         }
-        if let Some(&fence) = fence_epochs.last()
-            && record.epoch() < fence
-        {
-            violations.push(Violation::StaleRecord {
-                seq: record.seq(),
-                epoch: record.epoch(),
-                fence,
-            });
-        }
-        let before = previous.map(|(seq, epoch, _)| (seq, epoch));
-        match &record {
-            Record::Event(event) if fence_epochs.last() != Some(&event.epoch) => {
-                violations.push(Violation::Unfenced {
-                    seq: event.seq,
-                    epoch: event.epoch,
-                    fence: fence_epochs.last().copied(),
-                });
-            }
-            Record::Fence(fence) => {
-                let names = fence.previous.map(|tip| (tip.seq, tip.epoch));
-                if names != before {
-                    violations.push(Violation::Fork {
-                        fence: fence.seq,
-                        names,
-                        before,
-                    });
-                }
-            }
-            _ => {}
-        }
-        previous = Some((record.seq(), record.epoch(), record.nonce()));
-        match record {
-            Record::Fence(fence) => {
-                if let Some(&last) = fence_epochs.last()
-                    && fence.epoch <= last
-                {
-                    violations.push(Violation::FenceNotIncreasing {
-                        seq: fence.seq,
-                        epoch: fence.epoch,
-                        previous: last,
-                    });
-                }
-                fence_epochs.push(fence.epoch);
-            }
-            Record::Event(event) => {
-                events += 1;
-                placed.entry(event.payload).or_default().push(Placed {
-                    position: records,
-                    epoch: event.epoch,
-                    nonce: event.nonce,
-                });
-            }
-        }
-    }
-    if !violations.iter().any(|v| matches!(v, Violation::Replay(_))) {
-        check_tip(store, session, replay.revision(), previous, &mut violations).await;
-    }
-    let unknown_committed = check_history(history, &placed, &mut violations);
+    };
+    let mut violations = checked.violations;
+    let unknown_committed = check_history(history, &placed, checked.base, &mut violations);
     if violations.is_empty() {
         Ok(JournalReport {
-            records,
-            events,
-            fence_epochs,
+            records: checked.records,
+            events: checked.events,
+            fence_epochs: checked.fence_epochs,
             unknown_committed,
         })
     } else {
@@ -460,45 +239,11 @@ pub async fn check_journal(
     }
 }
 
-/// The tip at the replay's revision must name the last record (seq, epoch and nonce).
-async fn check_tip(
-    store: &Store,
-    session: Uuid,
-    revision: i64,
-    last: Option<(u64, Epoch, Uuid)>,
-    violations: &mut Vec<Violation>,
-) {
-    let key = store.namespace().tip_key(session);
-    let read = store
-        .connection()
-        .read("check tip", |mut client, _| {
-            let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
-            let key = key.clone();
-            async move { client.get(key, options).await }
-        })
-        .await;
-    let tip = match read {
-        Ok(response) => response
-            .kvs()
-            .first()
-            .and_then(|kv| decode_tip(kv.key(), kv.value()).ok()),
-        Err(error) => {
-            violations.push(Violation::Replay(error.to_string()));
-            return;
-        }
-    };
-    if tip.map(|tip| (tip.seq, tip.epoch, tip.nonce)) != last {
-        violations.push(Violation::TipMismatch {
-            tip: tip.map(|tip| (tip.seq, tip.epoch)),
-            last: last.map(|(seq, epoch, _)| (seq, epoch)),
-        });
-    }
-}
-
 /// Checks invariant 4 against the history; returns how many unknown-outcome appends committed.
 fn check_history(
     history: &AppendHistory,
     placed: &HashMap<Vec<u8>, Vec<Placed>>,
+    base: u64,
     violations: &mut Vec<Violation>,
 ) -> usize {
     let present = |payload: &Vec<u8>| placed.get(payload).map_or(0, Vec::len) as u32;
@@ -507,9 +252,18 @@ fn check_history(
     let mut acknowledged: HashMap<Epoch, Vec<(u64, &Call)>> = HashMap::new();
     for call in &history.calls {
         let (payloads, told) = (&call.payloads, &call.told);
-        for payload in payloads {
+        // How many of an acknowledged call's records lie below the base: trimmed, not lost.
+        let trimmed = call.seqs.map_or(0, |(first, last)| {
+            if base == 1 || first >= base {
+                0
+            } else {
+                (last.min(base - 1) - first + 1) as usize
+            }
+        });
+        for (i, payload) in payloads.iter().enumerate() {
             match (told, present(payload)) {
                 (Told::Acknowledged, 1) | (Told::Unknown, 0 | 1) | (Told::Failed, 0) => {}
+                (Told::Acknowledged, 0) if i < trimmed => {}
                 (Told::Acknowledged, n) => violations.push(Violation::Acknowledged {
                     payload: show(payload),
                     present: n,
@@ -528,10 +282,16 @@ fn check_history(
             .iter()
             .filter_map(|p| placed.get(p).and_then(|v| v.first().copied()))
             .collect();
-        let whole = places.len() == payloads.len()
-            && places
-                .windows(2)
-                .all(|w| w[1].position == w[0].position + 1 && w[1].nonce == w[0].nonce);
+        let contiguous = places
+            .windows(2)
+            .all(|w| w[1].position == w[0].position + 1 && w[1].nonce == w[0].nonce);
+        // A call cut by a trim keeps its tail, from the base on.
+        let cut_at_base = base > 1
+            && places.first().is_some_and(|first| first.position == base)
+            && payloads[payloads.len() - places.len()..]
+                .iter()
+                .all(|p| placed.contains_key(p));
+        let whole = contiguous && (places.len() == payloads.len() || cut_at_base);
         if !places.is_empty() && !whole {
             violations.push(Violation::Torn {
                 first: show(&payloads[0]),
@@ -539,7 +299,7 @@ fn check_history(
                 of: payloads.len(),
             });
         }
-        if *told == Told::Unknown && whole {
+        if *told == Told::Unknown && whole && !places.is_empty() {
             unknown_committed += 1;
         }
         if *told == Told::Acknowledged

@@ -1,0 +1,598 @@
+//! Seeing and acting on a namespace as an operator: who owns what, what a journal holds, taking
+//! a session from a wedged node, trimming and deleting journals, checking them.
+//!
+//! [`Admin`] needs only a [`Connection`], never a node lease: reading is allowed to anyone, and
+//! its writes are guarded like every other write leasehold makes.
+//!
+//! - [`owners`](Admin::owners): every owned session, with its holder, epoch, when it was
+//!   acquired, the holder's node lease TTL left and the journal's tip, read at one revision.
+//! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
+//!   journal's base and tip, its records at one snapshot, and new records as they commit.
+//! - [`revoke`](Admin::revoke): deletes an owner key, guarded by its epoch; the holder's
+//!   [`lost`](crate::Lease::lost) resolves with [`Revoked`](crate::LossReason::Revoked) and a
+//!   standby takes the session over.
+//! - [`trim`](Admin::trim) and [`delete_journal`](Admin::delete_journal): the
+//!   [retention](mod@crate::journal#retention) protocol without a lease. A trim skips the
+//!   owner compare (it never touches the tip, so it never fences the writer); a delete
+//!   requires that nobody owns the session.
+//! - [`check`](Admin::check): the journal invariants on live data.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
+use futures_util::{Stream, StreamExt as _};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::connection::Connection;
+use crate::error::{EtcdError, ReplayError, RetentionError};
+use crate::journal::{
+    Authority, Deleted, JournalCheck, Record, Replay, ReplayOptions, Retention, TRIM_BATCH, Tip,
+    Trimmed,
+};
+use crate::keys::{Namespace, prefix_end};
+use crate::lease::Epoch;
+use crate::store::OwnerValue;
+use crate::write::{self, WritePolicy, Written};
+
+/// Keys per page when listing: one page stays far below etcd-client's 4 MiB reply limit.
+const PAGE: i64 = 1000;
+/// Concurrent reads when gathering tips and lease TTLs.
+const CONCURRENT_READS: usize = 16;
+
+/// An owned session, as its owner key shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Owner {
+    /// The session.
+    pub session: Uuid,
+    /// The holder's epoch (the owner key's create revision).
+    pub epoch: Epoch,
+    /// The holder's node name; `None` for a value leasehold did not write.
+    pub node: Option<String>,
+    /// The holder's store instance (one per process).
+    pub store: Option<Uuid>,
+    /// When the holder acquired the session, by the holder's clock (read from the
+    /// acquisition's nonce; `None` for owner keys that do not carry it).
+    pub acquired_at: Option<SystemTime>,
+    /// The etcd lease the owner key is attached to (the holder's node lease).
+    pub lease_id: i64,
+    /// The node lease's TTL left, as etcd counts it; `None` if etcd no longer knows it.
+    pub ttl_left: Option<Duration>,
+    /// The journal's tip, if the session has a journal.
+    pub tip: Option<Tip>,
+}
+
+/// A journal's bounds and owner, read at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JournalInfo {
+    /// The session.
+    pub session: Uuid,
+    /// The revision it was read at.
+    pub revision: i64,
+    /// The first sequence number kept (1 unless trimmed).
+    pub base: u64,
+    /// The tip; `None` if the session has no journal.
+    pub tip: Option<Tip>,
+    /// The session's owner, if any (its `ttl_left` and `tip` are not filled in).
+    pub owner: Option<Owner>,
+}
+
+impl JournalInfo {
+    /// How many records the journal keeps.
+    pub fn len(&self) -> u64 {
+        self.tip
+            .map_or(0, |tip| (tip.seq + 1).saturating_sub(self.base))
+    }
+
+    /// Whether the journal holds no record (or does not exist).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Revoking a session's ownership failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RevokeError {
+    /// Nobody owns the session. Permanent until someone does.
+    #[error("session {session} is not owned")]
+    NotOwned {
+        /// The session.
+        session: Uuid,
+    },
+    /// The session is owned at another epoch than the one to revoke: it changed hands. Nothing
+    /// was deleted. Permanent.
+    #[error("session {session} is owned at epoch {owner}, not {expected}")]
+    EpochChanged {
+        /// The session.
+        session: Uuid,
+        /// The epoch to revoke.
+        expected: Epoch,
+        /// The owner's epoch now.
+        owner: Epoch,
+    },
+    /// etcd failed; the owner key may or may not have been deleted. Repeating is safe.
+    /// Transient or permanent as its class says.
+    #[error("revoke failed")]
+    Etcd(#[source] EtcdError),
+}
+
+/// An operator's view of one namespace; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Admin {
+    connection: Connection,
+    namespace: Namespace,
+    policy: WritePolicy,
+    stop: CancellationToken,
+}
+
+impl Admin {
+    /// An admin of `namespace` over `connection`.
+    pub fn new(connection: Connection, namespace: Namespace) -> Self {
+        Self {
+            connection,
+            namespace,
+            policy: WritePolicy::default(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// How long a write is re-sent while its outcome is unknown: the connection's retry
+    /// deadline.
+    fn authority(&self) -> Authority<'static> {
+        Authority::admin(self.connection.retry_policy().deadline)
+    }
+
+    /// Every key-value under `prefix` at one revision (the first page's, linearizable), page
+    /// by page; `from` narrows the start. Returns the revision too.
+    async fn range(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<(Vec<etcd_client::KeyValue>, i64), EtcdError> {
+        let range_end = prefix_end(prefix);
+        let mut from = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut all = Vec::new();
+        loop {
+            let response = self
+                .connection
+                .read("list", |mut client, _| {
+                    let mut options = GetOptions::new()
+                        .with_range(range_end.clone())
+                        .with_limit(PAGE);
+                    if keys_only {
+                        options = options.with_keys_only();
+                    }
+                    if revision > 0 {
+                        options = options.with_revision(revision);
+                    }
+                    let from = from.clone();
+                    async move { client.get(from, Some(options)).await }
+                })
+                .await?;
+            if revision == 0 {
+                revision = response.header().map_or(0, |h| h.revision());
+            }
+            let kvs = response.kvs();
+            if let Some(last) = kvs.last() {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            all.extend_from_slice(kvs);
+            if !response.more() || kvs.is_empty() {
+                return Ok((all, revision));
+            }
+        }
+    }
+
+    fn owner_of(&self, kv: &etcd_client::KeyValue) -> Option<Owner> {
+        let session = std::str::from_utf8(kv.key())
+            .ok()?
+            .strip_prefix(&self.namespace.owners_prefix())?
+            .parse()
+            .ok()?;
+        let value = OwnerValue::decode(kv.value());
+        Some(Owner {
+            session,
+            epoch: Epoch::from_revision(kv.create_revision()),
+            node: value.as_ref().map(|v| v.node.clone()),
+            store: value.as_ref().map(|v| v.store),
+            acquired_at: value.as_ref().and_then(|v| {
+                let (secs, nanos) = v.nonce.get_timestamp()?.to_unix();
+                UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+            }),
+            lease_id: kv.lease(),
+            ttl_left: None,
+            tip: None,
+        })
+    }
+
+    /// Every owned session, by session id, read at one revision; with each holder's node lease
+    /// TTL left and each journal's tip at that revision. Keys under the owners prefix that are
+    /// not a session's are skipped.
+    pub async fn owners(&self) -> Result<Vec<Owner>, EtcdError> {
+        let (kvs, revision) = self.range(&self.namespace.owners_prefix(), false).await?;
+        let mut owners: Vec<Owner> = kvs.iter().filter_map(|kv| self.owner_of(kv)).collect();
+        owners.sort_by_key(|owner| owner.session);
+        let tips: Vec<Option<Tip>> = futures_util::stream::iter(
+            owners.iter().map(|owner| self.tip(owner.session, revision)),
+        )
+        .buffered(CONCURRENT_READS)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+        let mut leases: Vec<i64> = owners.iter().map(|owner| owner.lease_id).collect();
+        leases.sort_unstable();
+        leases.dedup();
+        let ttls: HashMap<i64, Option<Duration>> = futures_util::stream::iter(
+            leases
+                .into_iter()
+                .map(|id| async move { self.ttl_left(id).await.map(|ttl| (id, ttl)) }),
+        )
+        .buffered(CONCURRENT_READS)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+        for (owner, tip) in owners.iter_mut().zip(tips) {
+            owner.tip = tip;
+            owner.ttl_left = ttls.get(&owner.lease_id).copied().flatten();
+        }
+        Ok(owners)
+    }
+
+    /// `session`'s owner, if any (with its TTL left and tip).
+    pub async fn owner(&self, session: Uuid) -> Result<Option<Owner>, EtcdError> {
+        let key = self.namespace.owner_key(session);
+        let response = self
+            .connection
+            .read("owner", |mut client, _| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        let Some(mut owner) = response.kvs().first().and_then(|kv| self.owner_of(kv)) else {
+            return Ok(None);
+        };
+        owner.tip = self.tip(session, revision).await?;
+        owner.ttl_left = self.ttl_left(owner.lease_id).await?;
+        Ok(Some(owner))
+    }
+
+    /// The tip at `revision`; an undecodable tip reads as none.
+    async fn tip(&self, session: Uuid, revision: i64) -> Result<Option<Tip>, EtcdError> {
+        let key = self.namespace.tip_key(session);
+        let response = self
+            .connection
+            .read("tip", |mut client, _| {
+                let key = key.clone();
+                let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
+                async move { client.get(key, options).await }
+            })
+            .await?;
+        Ok(response
+            .kvs()
+            .first()
+            .and_then(|kv| crate::journal::decode_tip(kv.key(), kv.value()).ok()))
+    }
+
+    /// A lease's TTL left; `None` if etcd no longer knows the lease.
+    async fn ttl_left(&self, lease_id: i64) -> Result<Option<Duration>, EtcdError> {
+        if lease_id == 0 {
+            return Ok(None);
+        }
+        let response = self
+            .connection
+            .read("lease ttl", |mut client, _| async move {
+                client.lease_time_to_live(lease_id, None).await
+            })
+            .await;
+        match response {
+            Ok(response) if response.ttl() >= 0 => {
+                Ok(Some(Duration::from_secs(response.ttl() as u64)))
+            }
+            Ok(_) => Ok(None),
+            // etcd 3.4 answers an unknown lease with an error.
+            Err(error) if error.is_lease_not_found() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The sessions that have a journal (a tip), in order: one keys-only read per journal,
+    /// skipping over each journal's records.
+    pub async fn journals(&self) -> Result<Vec<Uuid>, EtcdError> {
+        let prefix = self.namespace.journals_prefix();
+        let range_end = prefix_end(&prefix);
+        let mut from = prefix.clone().into_bytes();
+        let mut sessions = Vec::new();
+        loop {
+            let response = self
+                .connection
+                .read("list journals", |mut client, _| {
+                    let options = GetOptions::new()
+                        .with_range(range_end.clone())
+                        .with_keys_only()
+                        .with_limit(1);
+                    let from = from.clone();
+                    async move { client.get(from, Some(options)).await }
+                })
+                .await?;
+            let Some(kv) = response.kvs().first() else {
+                return Ok(sessions);
+            };
+            let key = String::from_utf8_lossy(kv.key());
+            let rest = key.strip_prefix(&prefix).unwrap_or_default();
+            let id = rest.split('/').next().unwrap_or_default();
+            if let Ok(session) = id.parse() {
+                sessions.push(session);
+            }
+            // On to the next journal: past every key under `{ns}/journals/{id}/` (or past this
+            // stray key).
+            from = match rest.contains('/') {
+                true => prefix_end(&format!("{prefix}{id}/")),
+                false => [kv.key(), &[0]].concat(),
+            };
+        }
+    }
+
+    /// `session`'s journal bounds and owner, at one revision.
+    pub async fn journal(&self, session: Uuid) -> Result<JournalInfo, RetentionError> {
+        let keys = [
+            self.namespace.base_key(session),
+            self.namespace.tip_key(session),
+            self.namespace.owner_key(session),
+        ];
+        let response = self
+            .connection
+            .read("journal", |mut client, _| {
+                let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
+                async move { client.txn(txn).await }
+            })
+            .await
+            .map_err(RetentionError::Etcd)?;
+        let mut gets = crate::journal::gets(&response);
+        let (base, tip, owner) = (
+            gets.next().flatten(),
+            gets.next().flatten(),
+            gets.next().flatten(),
+        );
+        Ok(JournalInfo {
+            session,
+            revision: response.header().map_or(0, |h| h.revision()),
+            base: match base {
+                Some(kv) => crate::journal::decode_base(kv.key(), kv.value())
+                    .map_err(RetentionError::Decode)?,
+                None => 1,
+            },
+            tip: match tip {
+                Some(kv) => Some(
+                    crate::journal::decode_tip(kv.key(), kv.value())
+                        .map_err(RetentionError::Decode)?,
+                ),
+                None => None,
+            },
+            owner: owner.and_then(|kv| self.owner_of(&kv)),
+        })
+    }
+
+    /// `session`'s records (fences included) at one snapshot revision, from its base; see
+    /// [`Replay::from_seq`] to start later.
+    pub fn records(&self, session: Uuid) -> Replay {
+        Replay::new(
+            self.connection.clone(),
+            self.namespace.records_prefix(session),
+            self.namespace.base_key(session),
+            ReplayOptions::default(),
+        )
+    }
+
+    /// `session`'s records as they commit after `revision` (e.g. a replay's
+    /// [`revision`](Replay::revision)), from sequence number `from_seq` on; until the stream is
+    /// dropped. Trims are not shown. The watch resumes where it stopped after a failure; if
+    /// etcd compacted that revision meanwhile, the stream ends with
+    /// [`ReplayError::Compacted`].
+    pub fn follow(&self, session: Uuid, revision: i64, from_seq: u64) -> Follow {
+        let (sender, receiver) = mpsc::channel(256);
+        let stop = CancellationToken::new();
+        tokio::spawn(follow(
+            self.connection.clone(),
+            self.namespace.records_prefix(session),
+            revision,
+            from_seq,
+            sender,
+            stop.clone(),
+        ));
+        Follow {
+            receiver,
+            _stop: stop.drop_guard(),
+        }
+    }
+
+    /// Deletes `session`'s owner key if it is at `epoch` (if given; else whatever owner it
+    /// has), and returns the owner revoked. The holder's `lost()` resolves with
+    /// [`Revoked`](crate::LossReason::Revoked) as soon as its watch sees the delete; its
+    /// journal is fenced by the next owner's fence, whatever the holder still believes.
+    pub async fn revoke(&self, session: Uuid, epoch: Option<Epoch>) -> Result<Owner, RevokeError> {
+        let owner = self
+            .owner(session)
+            .await
+            .map_err(RevokeError::Etcd)?
+            .ok_or(RevokeError::NotOwned { session })?;
+        if let Some(expected) = epoch
+            && owner.epoch != expected
+        {
+            return Err(RevokeError::EpochChanged {
+                session,
+                expected,
+                owner: owner.epoch,
+            });
+        }
+        let key = self.namespace.owner_key(session);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                owner.epoch.revision(),
+            )])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        let authority = self.authority();
+        let written = write::send(
+            &self.connection,
+            &self.policy,
+            "revoke",
+            &txn,
+            None,
+            || authority.go_on(),
+            &self.stop,
+        )
+        .await;
+        match written {
+            Written::Replied(response) if response.succeeded() => return Ok(owner),
+            Written::Unknown(error) | Written::Failed(error) => {
+                return Err(RevokeError::Etcd(error));
+            }
+            // Changed meanwhile, or an earlier send applied: read what is there now.
+            Written::Replied(_) | Written::Resolved { .. } => {}
+        }
+        match self.owner(session).await.map_err(RevokeError::Etcd)? {
+            // The compare failed, so the key at that epoch is gone: this is another owner's.
+            Some(now) => Err(RevokeError::EpochChanged {
+                session,
+                expected: owner.epoch,
+                owner: now.epoch,
+            }),
+            None => Ok(owner),
+        }
+    }
+
+    /// Trims `session`'s journal to keep `before` and every record after it, as an operator:
+    /// without the owner compare (see the [module docs](self)); in batches of
+    /// [`TRIM_BATCH`] records.
+    pub async fn trim(&self, session: Uuid, before: u64) -> Result<Trimmed, RetentionError> {
+        self.retention(session).trim(before, TRIM_BATCH).await
+    }
+
+    /// Deletes `session`'s whole journal; refused with [`RetentionError::Owned`] while anyone
+    /// owns the session.
+    pub async fn delete_journal(&self, session: Uuid) -> Result<Deleted, RetentionError> {
+        self.retention(session).delete().await
+    }
+
+    fn retention(&self, session: Uuid) -> Retention<'_> {
+        Retention {
+            connection: &self.connection,
+            namespace: &self.namespace,
+            policy: &self.policy,
+            stop: &self.stop,
+            session,
+            authority: self.authority(),
+        }
+    }
+
+    /// Checks `session`'s journal against the journal invariants (see [`JournalCheck`]).
+    /// Fails only when etcd does; what is wrong with the journal is in
+    /// [`violations`](JournalCheck::violations).
+    pub async fn check(&self, session: Uuid) -> Result<JournalCheck, ReplayError> {
+        crate::journal::check(&self.connection, &self.namespace, session, |_| {}).await
+    }
+}
+
+/// New records of one journal as they commit; see [`Admin::follow`].
+#[derive(Debug)]
+pub struct Follow {
+    receiver: mpsc::Receiver<Result<Record, ReplayError>>,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+impl Stream for Follow {
+    type Item = Result<Record, ReplayError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+/// The watch behind [`Follow`]: resumes after failures from the last revision seen.
+async fn follow(
+    connection: Connection,
+    prefix: String,
+    mut revision: i64,
+    mut next_seq: u64,
+    sender: mpsc::Sender<Result<Record, ReplayError>>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let (mut client, endpoint) = connection.stream_client();
+        let opened = tokio::select! {
+            opened = tokio::time::timeout(Duration::from_secs(5), client.watch(prefix.as_str(), Some(options))) => opened,
+            _ = stop.cancelled() => return,
+        };
+        if let Ok(Ok(mut stream)) = opened {
+            loop {
+                let message = tokio::select! {
+                    message = stream.message() => message,
+                    _ = stop.cancelled() => return,
+                    _ = sender.closed() => return,
+                };
+                let Ok(Some(response)) = message else { break };
+                if response.compact_revision() > 0 {
+                    let _ = sender
+                        .send(Err(ReplayError::Compacted {
+                            revision: revision + 1,
+                        }))
+                        .await;
+                    return;
+                }
+                if response.canceled() {
+                    break;
+                }
+                backoff = Duration::from_millis(100);
+                for event in response.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    revision = revision.max(kv.mod_revision());
+                    if event.event_type() != EventType::Put {
+                        continue;
+                    }
+                    let seq = crate::journal::seq_of_key(kv.key());
+                    if seq.is_none_or(|seq| seq < next_seq) {
+                        continue;
+                    }
+                    let record = crate::journal::decode_record(kv.key(), seq, kv.value())
+                        .map_err(ReplayError::Decode);
+                    if let Ok(record) = &record {
+                        next_seq = record.seq() + 1;
+                    }
+                    let failed = record.is_err();
+                    if sender.send(record).await.is_err() || failed {
+                        return;
+                    }
+                }
+            }
+        }
+        tracing::debug!(endpoint, "the journal watch stopped; resuming");
+        connection.rotate();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}

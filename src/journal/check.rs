@@ -1,0 +1,584 @@
+//! The journal invariants, checked on what a journal holds (for operators and tests alike).
+//!
+//! [`check`] replays a journal at one revision, reads its tip at that same revision, and
+//! checks (the numbers are those of the safety invariants):
+//!
+//! 1. one chain: sequence numbers gapless from the base (and unique: one key per number), each
+//!    fence naming the record before it as its previous tip, the tip naming the last record;
+//! 2. no record of epoch e after a fence of epoch e' > e; stronger: every event carries the
+//!    epoch of the last fence before it (each writer fences before it writes);
+//! 3. fence epochs strictly increase, and record 1 is a fence.
+//!
+//! A trimmed journal starts at its base: a gap below it is a trim, not a loss. Records before
+//! the first fence kept are checked for one epoch among them (their fence was trimmed), and
+//! the first kept fence may name the record just below the base.
+
+use std::fmt;
+
+use etcd_client::GetOptions;
+use futures_util::StreamExt as _;
+use uuid::Uuid;
+
+use super::record::{Tip, decode_tip};
+use super::{Event, Record, Replay, ReplayOptions};
+use crate::connection::Connection;
+use crate::error::ReplayError;
+use crate::keys::Namespace;
+use crate::lease::Epoch;
+
+/// What a journal holds, and how it breaks the invariants if it does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JournalCheck {
+    /// The session.
+    pub session: Uuid,
+    /// The revision the journal was read at.
+    pub revision: i64,
+    /// The first sequence number kept (1 unless trimmed).
+    pub base: u64,
+    /// Records read, fences included.
+    pub records: u64,
+    /// Events read.
+    pub events: u64,
+    /// The epochs of the fences, in order.
+    pub fence_epochs: Vec<Epoch>,
+    /// The tip at that revision, if any.
+    pub tip: Option<Tip>,
+    /// What is wrong; empty for a sound journal.
+    pub violations: Vec<Violation>,
+}
+
+impl JournalCheck {
+    /// Whether the journal holds every invariant checked.
+    pub fn is_sound(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// One way a journal breaks an invariant (the numbers of the safety invariants).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The replay itself failed.
+    Replay(String),
+    /// A record could not be decoded.
+    Undecodable {
+        /// Its key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// 1: the record at position `expected` holds sequence number `found` (a gap or a
+    /// duplicate).
+    Gap {
+        /// The position.
+        expected: u64,
+        /// The sequence number found there.
+        found: u64,
+    },
+    /// 1: a fence names a previous tip that is not the record before it: two writers wrote
+    /// from different tips (a fork).
+    Fork {
+        /// The fence's sequence number.
+        fence: u64,
+        /// The (seq, epoch) the fence names.
+        names: Option<(u64, Epoch)>,
+        /// The (seq, epoch) of the record before it.
+        before: Option<(u64, Epoch)>,
+    },
+    /// 1: the tip is not the last record (its seq, epoch and nonce).
+    TipMismatch {
+        /// The tip's (seq, epoch), `None` if absent or undecodable.
+        tip: Option<(u64, Epoch)>,
+        /// The last record's (seq, epoch).
+        last: Option<(u64, Epoch)>,
+    },
+    /// 2: a record of an older epoch after a fence of a newer one.
+    StaleRecord {
+        /// The record.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The epoch of the last fence before it.
+        fence: Epoch,
+    },
+    /// 2: an event whose epoch is not that of the last fence before it (its writer did not
+    /// fence first).
+    Unfenced {
+        /// The event.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The last fence's epoch before it, if any.
+        fence: Option<Epoch>,
+    },
+    /// 3: the first record is not a fence.
+    FirstNotFence,
+    /// 3: a fence whose epoch is not above the fence before it.
+    FenceNotIncreasing {
+        /// The fence.
+        seq: u64,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The epoch of the fence before it.
+        previous: Epoch,
+    },
+    /// 4: an acknowledged append is missing, or present more than once.
+    Acknowledged {
+        /// The payload.
+        payload: String,
+        /// How often it is present.
+        present: u32,
+    },
+    /// 4: an outcome-unknown append is present more than once.
+    UnknownRepeated {
+        /// The payload.
+        payload: String,
+        /// How often it is present.
+        present: u32,
+    },
+    /// 4: an append reported as failed is present.
+    FailedPresent {
+        /// The payload.
+        payload: String,
+    },
+    /// 4: an append call is present in part (all or nothing), or its records are not one
+    /// contiguous run written by one transaction.
+    Torn {
+        /// The call's first payload.
+        first: String,
+        /// How many of its payloads are present.
+        present: usize,
+        /// How many it had.
+        of: usize,
+    },
+    /// 4: an acknowledged append comes after one of its epoch that started only after it was
+    /// acknowledged.
+    OutOfOrder {
+        /// The one acknowledged first.
+        earlier: String,
+        /// The one acknowledged later, found before it.
+        later: String,
+    },
+}
+
+impl Violation {
+    /// The sequence number of the offending record, where there is one.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Violation::Gap { found, .. } => Some(*found),
+            Violation::Fork { fence, .. } => Some(*fence),
+            Violation::TipMismatch { tip, .. } => tip.map(|(seq, _)| seq),
+            Violation::StaleRecord { seq, .. }
+            | Violation::Unfenced { seq, .. }
+            | Violation::FenceNotIncreasing { seq, .. } => Some(*seq),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Replay(error) => write!(f, "replay failed: {error}"),
+            Violation::Undecodable { key, reason } => write!(f, "cannot decode {key}: {reason}"),
+            Violation::Gap { expected, found } => {
+                write!(
+                    f,
+                    "invariant 1: record {found} found where {expected} belongs"
+                )
+            }
+            Violation::Fork {
+                fence,
+                names,
+                before,
+            } => write!(
+                f,
+                "invariant 1: fence {fence} names previous tip {names:?}, but the record before it is {before:?}"
+            ),
+            Violation::TipMismatch { tip, last } => write!(
+                f,
+                "invariant 1: the tip {tip:?} is not the last record {last:?}"
+            ),
+            Violation::StaleRecord { seq, epoch, fence } => write!(
+                f,
+                "invariant 2: record {seq} of epoch {epoch} after a fence of epoch {fence}"
+            ),
+            Violation::Unfenced { seq, epoch, fence } => write!(
+                f,
+                "invariant 2: event {seq} of epoch {epoch} is not under a fence of its epoch (last fence: {fence:?})"
+            ),
+            Violation::FirstNotFence => f.write_str("invariant 3: record 1 is not a fence"),
+            Violation::FenceNotIncreasing {
+                seq,
+                epoch,
+                previous,
+            } => write!(
+                f,
+                "invariant 3: fence {seq} of epoch {epoch} after a fence of epoch {previous}"
+            ),
+            Violation::Acknowledged { payload, present } => write!(
+                f,
+                "invariant 4: acknowledged append {payload:?} present {present} times"
+            ),
+            Violation::UnknownRepeated { payload, present } => write!(
+                f,
+                "invariant 4: outcome-unknown append {payload:?} present {present} times"
+            ),
+            Violation::FailedPresent { payload } => {
+                write!(
+                    f,
+                    "invariant 4: append {payload:?} reported failed is present"
+                )
+            }
+            Violation::Torn { first, present, of } => write!(
+                f,
+                "invariant 4: the append of {first:?} is present in part or split ({present} of {of})"
+            ),
+            Violation::OutOfOrder { earlier, later } => write!(
+                f,
+                "invariant 4: {later:?}, acknowledged after {earlier:?}, comes before it"
+            ),
+        }
+    }
+}
+
+/// Walks a journal's records in order and notes what breaks invariants 1 to 3. Pure: the
+/// records come from a replay, the tip from a read at the replay's revision.
+#[derive(Debug)]
+pub(crate) struct Walker {
+    base: u64,
+    expected: u64,
+    /// The last record's (seq, epoch, nonce).
+    previous: Option<(u64, Epoch, Uuid)>,
+    /// The epoch of the records before the first fence kept (of a trimmed journal).
+    unfenced_epoch: Option<Epoch>,
+    pub(crate) fence_epochs: Vec<Epoch>,
+    pub(crate) records: u64,
+    pub(crate) events: u64,
+    pub(crate) violations: Vec<Violation>,
+}
+
+impl Walker {
+    pub(crate) fn new(base: u64) -> Self {
+        Self {
+            base,
+            expected: base,
+            previous: None,
+            unfenced_epoch: None,
+            fence_epochs: Vec::new(),
+            records: 0,
+            events: 0,
+            violations: Vec::new(),
+        }
+    }
+
+    pub(crate) fn step(&mut self, record: &Record) {
+        let seq = record.seq();
+        if self.records == 0 && self.base == 1 && !matches!(record, Record::Fence(_)) {
+            self.violations.push(Violation::FirstNotFence);
+        }
+        self.records += 1;
+        if seq != self.expected {
+            self.violations.push(Violation::Gap {
+                expected: self.expected,
+                found: seq,
+            });
+        }
+        self.expected = seq.saturating_add(1);
+        let last_fence = self.fence_epochs.last().copied();
+        if let Some(fence) = last_fence
+            && record.epoch() < fence
+        {
+            self.violations.push(Violation::StaleRecord {
+                seq,
+                epoch: record.epoch(),
+                fence,
+            });
+        }
+        let before = self.previous.map(|(seq, epoch, _)| (seq, epoch));
+        match record {
+            Record::Event(event) => {
+                self.events += 1;
+                let fenced_by = last_fence.or_else(|| {
+                    // Its fence was trimmed: the records before the first fence kept are of
+                    // one epoch.
+                    (self.base > 1).then(|| *self.unfenced_epoch.get_or_insert(event.epoch))
+                });
+                if fenced_by != Some(event.epoch) {
+                    self.violations.push(Violation::Unfenced {
+                        seq: event.seq,
+                        epoch: event.epoch,
+                        fence: last_fence,
+                    });
+                }
+            }
+            Record::Fence(fence) => {
+                let names = fence.previous.map(|tip| (tip.seq, tip.epoch));
+                // The first fence kept may name the record just below the base.
+                let below_base = before.is_none()
+                    && self.base > 1
+                    && names.is_some_and(|(seq, _)| seq == self.base - 1);
+                if names != before && !below_base {
+                    self.violations.push(Violation::Fork {
+                        fence: fence.seq,
+                        names,
+                        before,
+                    });
+                }
+                let floor = last_fence.or(self.unfenced_epoch);
+                if let Some(previous) = floor
+                    && fence.epoch <= previous
+                {
+                    self.violations.push(Violation::FenceNotIncreasing {
+                        seq: fence.seq,
+                        epoch: fence.epoch,
+                        previous,
+                    });
+                }
+                self.fence_epochs.push(fence.epoch);
+            }
+        }
+        self.previous = Some((seq, record.epoch(), record.nonce()));
+    }
+
+    /// The tip at the replay's revision must name the last record (seq, epoch and nonce).
+    pub(crate) fn finish(&mut self, tip: Option<Tip>) {
+        if tip.map(|tip| (tip.seq, tip.epoch, tip.nonce)) != self.previous {
+            self.violations.push(Violation::TipMismatch {
+                tip: tip.map(|tip| (tip.seq, tip.epoch)),
+                last: self.previous.map(|(seq, epoch, _)| (seq, epoch)),
+            });
+        }
+    }
+}
+
+/// Checks `session`'s journal (see the module docs); `on_event` sees every event in order.
+/// Fails only when etcd does (or the snapshot is compacted mid-read); an undecodable record
+/// is a violation.
+pub(crate) async fn check(
+    connection: &Connection,
+    namespace: &Namespace,
+    session: Uuid,
+    mut on_event: impl FnMut(&Event),
+) -> Result<JournalCheck, ReplayError> {
+    let mut replay = Replay::new(
+        connection.clone(),
+        namespace.records_prefix(session),
+        namespace.base_key(session),
+        ReplayOptions::default(),
+    );
+    let mut walker: Option<Walker> = None;
+    let mut undecodable = None;
+    while let Some(record) = replay.next().await {
+        let walker = walker.get_or_insert_with(|| Walker::new(replay.base()));
+        match record {
+            Ok(record) => {
+                walker.step(&record);
+                if let Record::Event(event) = &record {
+                    on_event(event);
+                }
+            }
+            Err(ReplayError::Decode(error)) => {
+                undecodable = Some(Violation::Undecodable {
+                    key: error.key,
+                    reason: error.reason,
+                });
+                break;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    let mut walker = walker.unwrap_or_else(|| Walker::new(replay.base()));
+    let revision = replay.revision();
+    let tip = read_tip(connection, namespace, session, revision).await?;
+    match undecodable {
+        Some(violation) => walker.violations.push(violation),
+        None => walker.finish(tip.as_ref().and_then(|tip| tip.as_ref().ok().copied())),
+    }
+    if let Some(Err(error)) = &tip {
+        walker.violations.push(Violation::Undecodable {
+            key: error.key.clone(),
+            reason: error.reason.clone(),
+        });
+    }
+    Ok(JournalCheck {
+        session,
+        revision,
+        base: walker.base,
+        records: walker.records,
+        events: walker.events,
+        fence_epochs: walker.fence_epochs,
+        tip: tip.and_then(Result::ok),
+        violations: walker.violations,
+    })
+}
+
+async fn read_tip(
+    connection: &Connection,
+    namespace: &Namespace,
+    session: Uuid,
+    revision: i64,
+) -> Result<Option<Result<Tip, super::DecodeError>>, ReplayError> {
+    let key = namespace.tip_key(session);
+    let response = connection
+        .read("check tip", |mut client, _| {
+            let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
+            let key = key.clone();
+            async move { client.get(key, options).await }
+        })
+        .await
+        .map_err(|error| {
+            if error.is_compacted() {
+                ReplayError::Compacted { revision }
+            } else {
+                ReplayError::Etcd(error)
+            }
+        })?;
+    Ok(response
+        .kvs()
+        .first()
+        .map(|kv| decode_tip(kv.key(), kv.value())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Fence;
+
+    fn fence(seq: u64, epoch: u64, previous: Option<(u64, u64)>) -> Record {
+        Record::Fence(Fence {
+            seq,
+            epoch: Epoch(epoch),
+            previous: previous.map(|(seq, epoch)| Tip {
+                seq,
+                epoch: Epoch(epoch),
+                nonce: Uuid::nil(),
+            }),
+            nonce: Uuid::from_u64_pair(epoch, seq),
+        })
+    }
+
+    fn event(seq: u64, epoch: u64) -> Record {
+        Record::Event(Event {
+            seq,
+            epoch: Epoch(epoch),
+            payload: format!("e{seq}").into_bytes(),
+            nonce: Uuid::from_u64_pair(epoch, seq),
+        })
+    }
+
+    fn walk(base: u64, records: &[Record]) -> Vec<Violation> {
+        let mut walker = Walker::new(base);
+        for record in records {
+            walker.step(record);
+        }
+        let tip = records.last().map(|last| Tip {
+            seq: last.seq(),
+            epoch: last.epoch(),
+            nonce: last.nonce(),
+        });
+        walker.finish(tip);
+        walker.violations
+    }
+
+    #[test]
+    fn a_sound_journal_and_its_trimmed_tail_pass() {
+        let journal = [
+            fence(1, 10, None),
+            event(2, 10),
+            event(3, 10),
+            fence(4, 20, Some((3, 10))),
+            event(5, 20),
+        ];
+        assert_eq!(walk(1, &journal), []);
+        for base in 2..=5 {
+            assert_eq!(
+                walk(base, &journal[base as usize - 1..]),
+                [],
+                "trimmed to {base}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gap_below_the_base_is_a_trim_but_one_above_it_is_a_loss() {
+        assert_eq!(
+            walk(1, &[event(2, 10), event(3, 10)]),
+            [
+                Violation::FirstNotFence,
+                Violation::Gap {
+                    expected: 1,
+                    found: 2
+                },
+                Violation::Unfenced {
+                    seq: 2,
+                    epoch: Epoch(10),
+                    fence: None
+                },
+                Violation::Unfenced {
+                    seq: 3,
+                    epoch: Epoch(10),
+                    fence: None
+                }
+            ]
+        );
+        assert_eq!(
+            walk(3, &[event(3, 10), event(5, 10)]),
+            [Violation::Gap {
+                expected: 4,
+                found: 5
+            }]
+        );
+        // A record the trim should have removed.
+        assert_eq!(
+            walk(3, &[event(2, 10), event(3, 10)]),
+            [Violation::Gap {
+                expected: 3,
+                found: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn the_unfenced_head_of_a_trimmed_journal_is_one_epoch() {
+        let violations = walk(
+            2,
+            &[event(2, 10), event(3, 11), fence(4, 20, Some((3, 11)))],
+        );
+        assert_eq!(
+            violations,
+            [Violation::Unfenced {
+                seq: 3,
+                epoch: Epoch(11),
+                fence: None
+            }]
+        );
+        // A later fence may not go below that epoch.
+        let violations = walk(2, &[event(2, 10), fence(3, 9, Some((2, 10)))]);
+        assert!(
+            matches!(
+                violations[..],
+                [Violation::FenceNotIncreasing { seq: 3, .. }]
+            ),
+            "{violations:?}"
+        );
+        // The first fence kept must name the record just below the base.
+        let violations = walk(4, &[fence(4, 20, Some((2, 10)))]);
+        assert!(
+            matches!(violations[..], [Violation::Fork { fence: 4, .. }]),
+            "{violations:?}"
+        );
+    }
+
+    #[test]
+    fn the_tip_must_name_the_last_record() {
+        let mut walker = Walker::new(1);
+        walker.step(&fence(1, 10, None));
+        walker.finish(None);
+        assert!(matches!(
+            walker.violations[..],
+            [Violation::TipMismatch { tip: None, .. }]
+        ));
+    }
+}
