@@ -236,13 +236,14 @@ impl Connection {
             retry: options.retry,
             client_options,
         };
-        connection
-            .status()
+        // Bounded by the retry deadline also when an endpoint accepts connections and then
+        // says nothing (a blackhole), where each attempt would wait for the request timeout.
+        let endpoints = options.endpoints.join(",");
+        let deadline = connection.retry.deadline;
+        let answered = tokio::time::timeout(deadline, connection.status())
             .await
-            .map_err(|source| ConnectError::Unreachable {
-                endpoints: options.endpoints.join(","),
-                source,
-            })?;
+            .unwrap_or_else(|_| Err(EtcdError::timed_out("status", &endpoints, deadline)));
+        answered.map_err(|source| ConnectError::Unreachable { endpoints, source })?;
         Ok(connection)
     }
 

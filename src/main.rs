@@ -4,9 +4,13 @@
 //! - `leasehold node`: a session host; see [`cli::node`].
 //! - `leasehold demo`: three nodes, a crash, a takeover, a refused stale append; see
 //!   [`cli::demo`].
+//! - `leasehold owners`, `journal show|trim|delete`, `revoke`, `check`: the operator's
+//!   commands; see [`cli::admin`] (and its JSON schemas).
+//! - `leasehold bench`: what leasehold costs, side by side with what it replaces.
 //!
-//! Errors print their whole cause chain on one line; bad input (an invalid UUID, a TTL under
-//! etcd's minimum, an unreachable endpoint) exits with code 2.
+//! Errors print their whole cause chain on one line. Exit codes: 0 ok, 1 a failure (or a
+//! journal that breaks its invariants), 2 bad input (an invalid UUID, a TTL under etcd's
+//! minimum), 3 etcd unreachable or unavailable.
 
 mod cli;
 

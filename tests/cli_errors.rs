@@ -1,4 +1,5 @@
-//! Bad input gives one clear line and exit code 2: never a panic, never a hang.
+//! Bad input gives one clear line and exit code 2 (an unreachable etcd, 3): never a panic,
+//! never a hang.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ fn bad_values_exit_2_with_one_line() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 
-    // An unreachable endpoint: bounded by the connect timeout.
+    // An unreachable endpoint: exit 3, bounded by the connect timeout.
     for command in ["status", "node"] {
         let mut args = vec![
             command,
@@ -80,7 +81,7 @@ fn bad_values_exit_2_with_one_line() {
             args.extend(["--sessions", "1"]);
         }
         let (code, stderr, took) = leasehold(&args);
-        assert_eq!(code, 2, "{command}: {stderr}");
+        assert_eq!(code, 3, "{command}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains("no etcd endpoint answered"), "{stderr}");
         assert!(took < Duration::from_secs(10), "{command} took {took:?}");

@@ -145,7 +145,8 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         options.margin = Duration::from_secs(1);
         Ok::<_, Failure>(options)
     };
-    let connect = |options| async move { Store::connect(options).await.map_err(Failure::usage) };
+    let connect =
+        |options| async move { Store::connect(options).await.map_err(super::store_failure) };
 
     // node-a reaches etcd through a proxy, so that the demo can freeze it.
     let proxy = FaultProxy::start(&endpoints[0])

@@ -1,5 +1,6 @@
 //! Command-line parsing, shared flags and error reporting.
 
+pub(crate) mod admin;
 pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod node;
@@ -7,13 +8,28 @@ pub(crate) mod node;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold::{ConnectOptions, Connection, Namespace, RetryPolicy, Store, StoreOptions};
+use leasehold::{
+    ConnectError, ConnectOptions, Connection, FailureClass, Namespace, RetryPolicy, Store,
+    StoreError, StoreOptions,
+};
+
+/// What `--help` says after the commands.
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  success
+  1  failure, or a journal that breaks its invariants (check)
+  2  bad input: flags, values, a session id that is not a UUID
+  3  etcd unreachable or unavailable
+
+--json output: one documented schema per command (owners, journal show, journal trim,
+journal delete, revoke, check); see the crate documentation of the leasehold tool.";
 
 #[derive(Parser)]
 #[command(
     name = "leasehold",
     version,
-    about = "Single-writer session ownership on etcd"
+    about = "Single-writer session ownership on etcd",
+    after_help = AFTER_HELP
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -63,6 +79,15 @@ enum Command {
     Demo,
     /// What leasehold costs against what it replaces, measured side by side.
     Bench(bench::BenchArgs),
+    /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip.
+    Owners(admin::OwnersArgs),
+    /// Read, trim or delete a session's journal.
+    #[command(subcommand)]
+    Journal(admin::JournalCommand),
+    /// Take a session from its holder: delete its owner key (the holder loses it, `revoked`).
+    Revoke(admin::RevokeArgs),
+    /// Check journals against the journal invariants: exit 0 if sound, 1 on a violation.
+    Check(admin::CheckArgs),
 }
 
 /// A failure and the exit code it maps to.
@@ -72,7 +97,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// Bad input, or no cluster to talk to: exit code 2.
+    /// Bad input: exit code 2.
     pub(crate) fn usage(error: impl std::error::Error + 'static) -> Self {
         Self {
             error: Box::new(error),
@@ -86,6 +111,34 @@ impl Failure {
             error: Box::new(error),
             code: 1,
         }
+    }
+
+    /// An etcd failure: exit code 3 when etcd is unreachable or unavailable (retrying may
+    /// help), else 1.
+    pub(crate) fn etcd(class: FailureClass, error: impl std::error::Error + 'static) -> Self {
+        Self {
+            error: Box::new(error),
+            code: match class {
+                FailureClass::Permanent => 1,
+                _ => 3,
+            },
+        }
+    }
+
+    /// Connecting failed: exit code 3 when no endpoint answered, 2 for bad endpoints.
+    pub(crate) fn connect(error: ConnectError) -> Self {
+        match error {
+            ConnectError::Unreachable { .. } => Self {
+                error: Box::new(error),
+                code: 3,
+            },
+            _ => Self::usage(error),
+        }
+    }
+
+    /// A failure told in words: exit code 1.
+    pub(crate) fn runtime_message(message: impl Into<String>) -> Self {
+        Self::message(message, 1)
     }
 
     pub(crate) fn message(message: impl Into<String>, code: u8) -> Self {
@@ -139,14 +192,33 @@ impl Common {
         Ok(options)
     }
 
-    /// Connects a store; configuration errors and an unreachable cluster exit with code 2.
+    /// Connects a store; configuration errors exit with code 2, an unreachable cluster with
+    /// code 3.
     pub(crate) async fn store(&self, endpoints: Vec<String>, node: &str) -> Result<Store, Failure> {
         Store::connect(self.store_options(endpoints, node)?)
             .await
-            .map_err(|error| match error {
-                leasehold::StoreError::Grant(_) => Failure::runtime(error),
-                _ => Failure::usage(error),
-            })
+            .map_err(store_failure)
+    }
+
+    /// A connection to the cluster (no node lease); an unreachable cluster exits with code 3.
+    pub(crate) async fn connection(&self) -> Result<Connection, Failure> {
+        let mut options = ConnectOptions::new(self.endpoints()).with_retry(self.retry());
+        options.connect_timeout = options
+            .connect_timeout
+            .min(Duration::from_secs(self.connect_timeout.max(1)));
+        Connection::connect(options).await.map_err(Failure::connect)
+    }
+}
+
+/// The exit code of a failed store connect.
+pub(crate) fn store_failure(error: StoreError) -> Failure {
+    match error {
+        StoreError::Connect(ConnectError::Unreachable { .. }) => Failure {
+            error: Box::new(error),
+            code: 3,
+        },
+        StoreError::Grant(ref grant) => Failure::etcd(grant.class(), error),
+        _ => Failure::usage(error),
     }
 }
 
@@ -156,17 +228,23 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Node(args) => node::run(&cli.common, args).await,
         Command::Demo => demo::run(&cli.common).await,
         Command::Bench(args) => bench::run(&cli.common, args).await,
+        Command::Owners(args) => admin::owners(&cli.common, args).await,
+        Command::Journal(command) => admin::journal(&cli.common, command).await,
+        Command::Revoke(args) => admin::revoke(&cli.common, args).await,
+        Command::Check(args) => admin::check(&cli.common, args).await,
     }
 }
 
 async fn status(common: &Common) -> Result<(), Failure> {
-    let options = ConnectOptions::new(common.endpoints()).with_retry(common.retry());
-    let connection = Connection::connect(options).await.map_err(Failure::usage)?;
-    let member = connection.status().await.map_err(Failure::runtime)?;
+    let connection = common.connection().await?;
+    let member = connection
+        .status()
+        .await
+        .map_err(|error| Failure::etcd(error.class(), error))?;
     let held = connection
         .namespace_status(&common.namespace)
         .await
-        .map_err(Failure::runtime)?;
+        .map_err(|error| Failure::etcd(error.class(), error))?;
     println!(
         "etcd {} at {}: member {:x}, leader {:x}, raft term {}",
         member.version, member.endpoint, member.member_id, member.leader_id, member.raft_term
