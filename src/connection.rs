@@ -291,6 +291,17 @@ impl Connection {
         .await
     }
 
+    /// Deletes every key under `prefix`; returns how many. For a namespace that nothing uses
+    /// any more (the demo's own, when it ran against a cluster of yours).
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
+        self.write("delete prefix", |mut client, _| async move {
+            let options = etcd_client::DeleteOptions::new().with_prefix();
+            let response = client.delete(prefix, Some(options)).await?;
+            Ok(response.deleted().max(0) as u64)
+        })
+        .await
+    }
+
     /// Counts what `namespace` holds, at one revision.
     pub async fn namespace_status(
         &self,

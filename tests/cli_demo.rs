@@ -83,3 +83,44 @@ async fn the_demo_prints_the_timeline_and_exits_0() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_on_a_cluster_of_yours_removes_what_it_wrote() {
+    let etcd = leasehold::testing::EtcdNode::start()
+        .await
+        .expect("etcd starts");
+    let raw = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let mut before = raw.clone();
+    before.put("unrelated", "stays", None).await.unwrap();
+    let endpoint = etcd.endpoint().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["demo", "--endpoints", &endpoint, "--namespace", "tenant"])
+            .env_remove("LEASEHOLD_ENDPOINTS")
+            .output()
+            .expect("runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("demo done"), "{stdout}");
+    let removed = stdout
+        .lines()
+        .find(|line| line.contains("removed namespace tenant/demo-"))
+        .unwrap_or_else(|| panic!("says what it removed: {stdout}"));
+    println!("{removed}");
+    let left = raw
+        .clone()
+        .get("", Some(etcd_client::GetOptions::new().with_all_keys()))
+        .await
+        .unwrap();
+    let keys: Vec<String> = left
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    assert_eq!(keys, ["unrelated"], "only what was there before");
+}

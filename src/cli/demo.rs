@@ -113,24 +113,6 @@ pub(crate) async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Fai
 }
 
 pub(crate) async fn run(common: &Common) -> Result<(), Failure> {
-    // On SIGINT or SIGTERM the demo returns: the throwaway etcd is killed and its data removed
-    // as they drop.
-    tokio::select! {
-        result = demo(common) => result,
-        () = super::node::wait_for_signal() => Err(Failure::message("interrupted", 130)),
-    }
-}
-
-async fn demo(common: &Common) -> Result<(), Failure> {
-    let timeline = Timeline::new();
-    let say = |who: &str, what: std::fmt::Arguments<'_>| timeline.say(who, what);
-    let (endpoints, _etcd) = match &common.endpoints {
-        Some(endpoints) => (endpoints.clone(), None),
-        None => {
-            let etcd = start_etcd(&timeline).await?;
-            (vec![etcd.endpoint.clone()], Some(etcd))
-        }
-    };
     // A namespace of its own, so that the demo can run against any cluster.
     let namespace = Namespace::new(format!(
         "{}/demo-{}",
@@ -138,6 +120,49 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         &Uuid::new_v4().simple().to_string()[..8]
     ))
     .map_err(Failure::usage)?;
+    let timeline = Timeline::new();
+    // On SIGINT or SIGTERM the demo returns: the throwaway etcd is killed and its data removed
+    // as they drop.
+    let result = tokio::select! {
+        result = demo(common, &namespace, &timeline) => result,
+        () = super::node::wait_for_signal() => Err(Failure::message("interrupted", 130)),
+    };
+    // On a cluster of yours, the demo removes what it wrote, however it ended.
+    if let Some(endpoints) = &common.endpoints {
+        let options = ConnectOptions::new(endpoints.clone()).with_retry(common.retry());
+        let removed = match Connection::connect(options).await {
+            Ok(connection) => connection.delete_prefix(&namespace.prefix()).await,
+            Err(error) => Err(match error {
+                leasehold::ConnectError::Unreachable { source, .. } => source,
+                other => return result.and(Err(Failure::usage(other))),
+            }),
+        };
+        match removed {
+            Ok(keys) => timeline.say(
+                "demo",
+                format_args!("removed namespace {namespace} ({keys} keys)"),
+            ),
+            Err(error) => timeline.say(
+                "demo",
+                format_args!(
+                    "could not remove namespace {namespace}: {}",
+                    super::chain(&error)
+                ),
+            ),
+        }
+    }
+    result
+}
+
+async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Result<(), Failure> {
+    let say = |who: &str, what: std::fmt::Arguments<'_>| timeline.say(who, what);
+    let (endpoints, _etcd) = match &common.endpoints {
+        Some(endpoints) => (endpoints.clone(), None),
+        None => {
+            let etcd = start_etcd(timeline).await?;
+            (vec![etcd.endpoint.clone()], Some(etcd))
+        }
+    };
     let options = |node: &str, endpoints: Vec<String>| {
         let mut options = common.store_options(endpoints, node)?;
         options.namespace = namespace.clone();
@@ -159,7 +184,7 @@ async fn demo(common: &Common) -> Result<(), Failure> {
         "demo",
         format_args!("three nodes, node lease TTL 3 s, safety margin 1 s, namespace {namespace}"),
     );
-    let sessions: Vec<Uuid> = (0..4).map(|i| numbered_session(&namespace, i)).collect();
+    let sessions: Vec<Uuid> = (0..4).map(|i| numbered_session(namespace, i)).collect();
     // Numbered sessions differ in their last digits.
     let short = |s: &Uuid| s.simple().to_string()[24..].to_owned();
 

@@ -3,7 +3,9 @@
 //! A thin command over [`SessionHost`]: given a set of sessions, the node owns its share of
 //! them (⌈sessions / live nodes⌉, at most `--max-sessions`) and stands by on the rest (woken
 //! by the watch, no polling). For each owned session it opens a [`Rig`] (lease, workspace root
-//! `ws-{session}`, journal) and appends one heartbeat event per second. When a session is
+//! `ws-{session}`, journal) and appends one heartbeat event per second (`--interval`). With
+//! `--keep N` it trims each journal it owns back to its last N records in the background, so
+//! that journals do not fill a shared etcd. When a session is
 //! lost, or its journal breaks, it shuts the rig down in order and stands by again. On SIGTERM
 //! or SIGINT it shuts every session down in order (last append, workspace root, lease) and
 //! exits 0.
@@ -53,6 +55,27 @@ pub(crate) struct NodeArgs {
     /// number and beat (the payload is `heartbeat {node} epoch={epoch} beat={beat}`).
     #[arg(long)]
     print_appends: bool,
+    /// The time between two heartbeats of a session, e.g. `1s`, `50ms`.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    interval: Duration,
+    /// Keep only the last N records of each journal this node owns: trimmed back to N in the
+    /// background once a journal holds half a trim batch more (a batch is N/2 records, at
+    /// least 8), so that a journal holds at most N + one batch while trims keep up.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keep: Option<u64>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(interval) if interval >= Duration::from_millis(1) => Ok(interval),
+        Ok(_) => Err("at least 1ms".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// How many records beyond `keep` a journal may hold (while trims keep up).
+pub(crate) fn trim_batch(keep: u64) -> u64 {
+    (keep / 2).max(8)
 }
 
 /// Session `i` of a namespace: the same on every node, different in every namespace.
@@ -140,9 +163,14 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
         options = options.with_max_sessions(max);
     }
     let work = {
-        let (name, timeline) = (name.clone(), timeline.clone());
-        let print_appends = args.print_appends;
-        move |rig, stop| heartbeat(rig, stop, name.clone(), timeline.clone(), print_appends)
+        let beats = Beats {
+            name: name.clone(),
+            timeline: timeline.clone(),
+            print_appends: args.print_appends,
+            interval: args.interval,
+            keep: args.keep,
+        };
+        move |rig, stop| heartbeat(rig, stop, beats.clone())
     };
     let host = SessionHost::start(store.clone(), options, sessions, work);
     let printer = tokio::spawn(print_events(host.events(), name.clone(), timeline.clone()));
@@ -228,17 +256,43 @@ async fn print_events(
     }
 }
 
-/// The work on each owned session: one heartbeat event a second into its journal.
-async fn heartbeat(
-    rig: Arc<Rig>,
-    stop: CancellationToken,
+/// What each owned session's work does.
+#[derive(Clone)]
+struct Beats {
     name: String,
     timeline: Timeline,
     print_appends: bool,
+    interval: Duration,
+    keep: Option<u64>,
+}
+
+/// The work on each owned session: one heartbeat event per interval into its journal, and,
+/// with `--keep`, the trimming of its oldest records beside it.
+async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, beats: Beats) {
+    let (tip, tips) = tokio::sync::watch::channel(0u64);
+    let trim = async {
+        if let Some(keep) = beats.keep {
+            keep_last(&rig, keep, tips, &stop, &beats).await;
+        }
+    };
+    tokio::join!(append_beats(&rig, &stop, &beats, tip), trim);
+}
+
+async fn append_beats(
+    rig: &Rig,
+    stop: &CancellationToken,
+    beats: &Beats,
+    tip: tokio::sync::watch::Sender<u64>,
 ) {
+    let Beats {
+        name,
+        timeline,
+        print_appends,
+        ..
+    } = beats;
     let (session, epoch) = (rig.session_id(), rig.epoch());
     let mut beat = 0u64;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(beats.interval);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -250,21 +304,64 @@ async fn heartbeat(
             .append(format!("heartbeat {name} epoch={epoch} beat={beat}"))
             .await
         {
-            Ok(appended) if print_appends => timeline.say(
-                &name,
-                format_args!(
-                    "appended session={session} epoch={epoch} seq={} beat={beat}",
-                    appended.first_seq
-                ),
-            ),
-            Ok(_) => {}
+            Ok(appended) => {
+                tip.send_replace(appended.last_seq);
+                if *print_appends {
+                    timeline.say(
+                        name,
+                        format_args!(
+                            "appended session={session} epoch={epoch} seq={} beat={beat}",
+                            appended.first_seq
+                        ),
+                    );
+                }
+            }
             Err(error) => timeline.say(
-                &name,
+                name,
                 format_args!(
                     "heartbeat session={session} epoch={epoch} beat={beat} failed: {}",
                     super::chain(&error)
                 ),
             ),
+        }
+    }
+}
+
+/// Trims the journal back to its last `keep` records whenever it holds half a batch more: the
+/// other half is room for the appends made while a trim is under way. A trim never fences the
+/// appends beside it.
+async fn keep_last(
+    rig: &Rig,
+    keep: u64,
+    mut tips: tokio::sync::watch::Receiver<u64>,
+    stop: &CancellationToken,
+    beats: &Beats,
+) {
+    // Unknown until the first trim says; 1 at worst makes the first trim come early.
+    let mut base = 1u64;
+    loop {
+        tokio::select! {
+            changed = tips.changed() => if changed.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
+        let last = *tips.borrow_and_update();
+        if (last + 1).saturating_sub(base) <= keep + trim_batch(keep) / 2 {
+            continue;
+        }
+        match rig.journal().trim(last + 1 - keep).await {
+            Ok(trimmed) => base = trimmed.base,
+            Err(error) => {
+                beats.timeline.say(
+                    &beats.name,
+                    format_args!(
+                        "trim session={} failed: {}",
+                        rig.session_id(),
+                        super::chain(&error)
+                    ),
+                );
+                // The journal's own failure (fenced, lease lost) ends the session soon; a
+                // transient one is tried again at the next heartbeat.
+            }
         }
     }
 }
