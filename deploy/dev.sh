@@ -74,14 +74,19 @@ cmd_test() {
   cargo fmt --all -- --check
   say "cargo clippy"
   cargo clippy --all-targets --all-features -- -D warnings
-  # The library and the tool as users build them: without the test harness.
+  # The library and the tool as users build them: without the test harness; and the library
+  # alone, without the tool's dependencies.
   cargo clippy --lib --bins -- -D warnings
+  cargo clippy --lib --no-default-features -- -D warnings
+  say "minimum supported Rust version"
+  bash deploy/msrv.sh
   say "cargo test (unit and integration; etcd in containers)"
   # Every harness operation is bounded; this bounds the whole run should anything still hang.
   timeout --signal=INT --kill-after=60 45m cargo test --all-features
   say "cargo test: the non-fault suite on etcd 3.4.23 (Debian 12), the compatibility target"
   local compat=(harness_single_member harness_namespaces lease_epochs lease_release lease_watch_loss
-    lease_standby lease_store_close lease_one_node_lease journal_open journal_limits journal_replay)
+    lease_standby lease_store_close lease_one_node_lease journal_open journal_limits journal_replay
+    journal_retention cli_admin)
   LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.4.23 timeout --signal=INT --kill-after=60 15m \
     cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"

@@ -24,13 +24,22 @@
 //! - [`SessionHost`]: keeps a set of sessions owned and worked on across a cluster of hosts,
 //!   balanced, giving up in order and standing by again whenever a session cannot go on. See
 //!   the [`host`] module.
-//! - [`fault::FaultProxy`]: a loopback TCP proxy that injects network faults between one
-//!   client and etcd, for tests, demos and drills.
+//! - [`admin::Admin`]: an operator's view of a namespace, needing no lease: who owns what,
+//!   journals read, followed, trimmed, deleted and checked, sessions revoked.
+//! - `fault::FaultProxy` (feature `fault`): a loopback TCP proxy that injects network faults
+//!   between one client and etcd, for tests, demos and drills.
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
 //!   retries only what is safe to retry (see [`FailureClass`]).
 //! - [`Namespace`]: the key layout every deployment lives under (see [`keys`]).
 //! - `leasehold::testing` (feature `testing`): a real-etcd harness on testcontainers, with
 //!   fault-injecting clusters and a loopback fault proxy, for leasehold's tests and yours.
+//!
+//! # Features
+//!
+//! - `cli` (default): the `leasehold` tool. Library users who do not want its dependencies
+//!   (clap, tracing-subscriber, tempfile, humantime) depend with `default-features = false`.
+//! - `fault`: the `fault` module.
+//! - `testing`: the `testing` harness (implies `fault`).
 //!
 //! # Quick start
 //!
@@ -56,9 +65,13 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admin;
 mod connection;
 mod error;
+#[cfg(feature = "fault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
 pub mod fault;
 pub mod host;
 pub mod journal;
@@ -67,6 +80,7 @@ pub mod lease;
 pub mod rig;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod write;
 
