@@ -13,6 +13,7 @@ use crate::keys::{Namespace, prefix_end};
 
 /// How long and how often idempotent requests are retried.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// No retry starts after this much time has passed since the first attempt.
     pub deadline: Duration,
@@ -32,8 +33,24 @@ impl Default for RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// Sets how long a request is retried in all.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the first pause between retries and the longest.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+}
+
 /// Where and how to connect.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// Client URLs of etcd members, e.g. `http://127.0.0.1:2379`.
     pub endpoints: Vec<String>,
@@ -60,6 +77,18 @@ impl ConnectOptions {
     /// Sets the retry policy.
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Sets how long opening one connection may take.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how long one unary request may take.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 }

@@ -33,6 +33,7 @@ use crate::error::{EtcdError, FailureClass};
 
 /// How writes are sent and re-sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WritePolicy {
     /// How long the first attempt may take before its outcome counts as unknown. Default 1 s.
     pub attempt_timeout: Duration,
@@ -57,6 +58,25 @@ impl Default for WritePolicy {
 }
 
 impl WritePolicy {
+    /// Sets how long the first attempt may take.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Sets how long each re-send may take.
+    pub fn with_resend_timeout(mut self, timeout: Duration) -> Self {
+        self.resend_timeout = timeout;
+        self
+    }
+
+    /// Sets the first pause between attempts and the longest.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
     fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
         ExponentialBuilder::default()
             .with_min_delay(self.initial_backoff)

@@ -54,10 +54,9 @@ async fn a_hundred_thousand_records_stream_consistently_while_appends_continue()
     let started = Instant::now();
     let mut replay = store.replay_with(
         session,
-        ReplayOptions {
-            page_records: PAGE,
-            page_bytes: 2 * 1024 * 1024,
-        },
+        ReplayOptions::default()
+            .with_page_records(PAGE)
+            .with_page_bytes(2 * 1024 * 1024),
     );
     let mut expected = 1;
     while let Some(record) = replay.next().await {
@@ -185,10 +184,7 @@ async fn a_replay_whose_snapshot_is_compacted_away_is_a_typed_error() {
     }
     let mut replay = store.replay_with(
         session,
-        ReplayOptions {
-            page_records: 2,
-            ..ReplayOptions::default()
-        },
+        ReplayOptions::default().with_page_records(2),
     );
     // The first page fixes the snapshot.
     replay.next().await.unwrap().unwrap();

@@ -157,10 +157,7 @@ impl Common {
     }
 
     fn retry(&self) -> RetryPolicy {
-        RetryPolicy {
-            deadline: Duration::from_secs(self.connect_timeout),
-            ..RetryPolicy::default()
-        }
+        RetryPolicy::default().with_deadline(Duration::from_secs(self.connect_timeout))
     }
 
     /// Store options from the flags, for `endpoints` and node `node`.

@@ -123,6 +123,7 @@ pub use retention::{Deleted, TRIM_BATCH, Trimmed};
 
 /// etcd's limits, as the journal checks them before sending.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JournalLimits {
     /// etcd's `--max-txn-ops` (default 128): operations per transaction branch.
     pub max_txn_ops: usize,
@@ -143,6 +144,24 @@ impl Default for JournalLimits {
 }
 
 impl JournalLimits {
+    /// Sets etcd's `--max-txn-ops`.
+    pub fn with_max_txn_ops(mut self, ops: usize) -> Self {
+        self.max_txn_ops = ops;
+        self
+    }
+
+    /// Sets etcd's `--max-request-bytes`.
+    pub fn with_max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    /// Sets the room kept free for etcd's own wrapping (at least 1 KiB counts).
+    pub fn with_headroom(mut self, bytes: usize) -> Self {
+        self.headroom = bytes;
+        self
+    }
+
     /// The most records one append takes: the tip is one more put.
     pub fn max_records(&self) -> usize {
         self.max_txn_ops.saturating_sub(1)
@@ -157,6 +176,7 @@ impl JournalLimits {
 
 /// How replays page through a journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// The most records one page holds.
     pub page_records: usize,
@@ -170,6 +190,20 @@ impl Default for ReplayOptions {
             page_records: 1000,
             page_bytes: 2 * 1024 * 1024,
         }
+    }
+}
+
+impl ReplayOptions {
+    /// Sets the most records one page holds.
+    pub fn with_page_records(mut self, records: usize) -> Self {
+        self.page_records = records;
+        self
+    }
+
+    /// Sets the most bytes one page should hold.
+    pub fn with_page_bytes(mut self, bytes: usize) -> Self {
+        self.page_bytes = bytes;
+        self
     }
 }
 

@@ -83,6 +83,7 @@ pub const MAX_TTL_SECS: u64 = 9_000_000_000;
 
 /// How a [`Store`] connects and keeps its leases.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// etcd client URLs.
     pub endpoints: Vec<String>,
@@ -146,6 +147,42 @@ impl StoreOptions {
     pub fn with_ttl(mut self, ttl: Duration, margin: Duration) -> Self {
         self.ttl = ttl;
         self.margin = margin;
+        self
+    }
+
+    /// Sets how often a standby re-checks without a watch event.
+    pub fn with_standby_recheck(mut self, every: Duration) -> Self {
+        self.standby_recheck = every;
+        self
+    }
+
+    /// Sets how long one read may take (and a foreground delete is re-sent).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets how writes are sent and re-sent.
+    pub fn with_write_policy(mut self, write: WritePolicy) -> Self {
+        self.write = write;
+        self
+    }
+
+    /// Sets the retries of idempotent requests.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets etcd's limits as the journals check them.
+    pub fn with_journal_limits(mut self, limits: JournalLimits) -> Self {
+        self.journal = limits;
+        self
+    }
+
+    /// Sets how replays page through journals.
+    pub fn with_replay(mut self, replay: ReplayOptions) -> Self {
+        self.replay = replay;
         self
     }
 
