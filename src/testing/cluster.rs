@@ -23,7 +23,8 @@ use super::{EtcdImage, HarnessError, LABEL, docker, free_port, wait_for, wait_se
 pub struct ClusterOptions {
     /// The number of members (default 3).
     pub members: usize,
-    /// The image every member runs (default [`EtcdImage::from_env`]).
+    /// The image every member runs (default [`EtcdImage::from_env`]), resolved once for all
+    /// members (see [`EtcdImage`]).
     pub image: EtcdImage,
 }
 
@@ -74,7 +75,7 @@ impl EtcdCluster {
     pub async fn start_with(options: ClusterOptions) -> Result<Self, HarnessError> {
         assert!(options.members >= 1, "a cluster needs at least one member");
         let docker = docker().await?;
-        options.image.ensure(&docker).await?;
+        let image = options.image.resolve_with(&docker).await?.image;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let id = &id[..12];
         let peer_network = PeerNetwork::create(&docker, format!("leasehold-peers-{id}")).await?;
@@ -98,7 +99,7 @@ impl EtcdCluster {
                 &format!("leasehold-{id}"),
                 &format!("http://{name}-peer:{PEER_PORT}"),
             );
-            let image = &options.image;
+            let image = &image;
             let (docker, network) = (&docker, &peer_network.name);
             async move {
                 // No wait condition: a member becomes ready only once its peers are reachable,
@@ -129,7 +130,7 @@ impl EtcdCluster {
             members,
             peer_network,
             docker,
-            image: options.image,
+            image,
         };
         for i in 0..cluster.len() {
             cluster.wait_ready(i).await?;
@@ -166,7 +167,7 @@ impl EtcdCluster {
         self.members[i].member_id
     }
 
-    /// The image the members run.
+    /// The image the members run: the one the selection settled on.
     pub fn image(&self) -> &EtcdImage {
         &self.image
     }

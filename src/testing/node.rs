@@ -42,7 +42,7 @@ impl EtcdNode {
     /// Starts etcd from `image` and waits until it serves.
     pub async fn start_with(image: EtcdImage) -> Result<Self, HarnessError> {
         let docker = docker().await?;
-        image.ensure(&docker).await?;
+        let image = image.resolve_with(&docker).await?.image;
         let port = free_port()?;
         let endpoint = format!("http://127.0.0.1:{port}");
         let container = GenericImage::new(image.name(), image.tag())
@@ -76,7 +76,8 @@ impl EtcdNode {
         &self.endpoint
     }
 
-    /// The image this node runs.
+    /// The image this node runs: the one the selection settled on (for
+    /// [`EtcdImage::release`], possibly etcd's upstream image).
     pub fn image(&self) -> &EtcdImage {
         &self.image
     }
