@@ -26,6 +26,9 @@ pub struct ClusterOptions {
     /// The image every member runs (default [`EtcdImage::from_env`]), resolved once for all
     /// members (see [`EtcdImage`]).
     pub image: EtcdImage,
+    /// Extra etcd flags for every member, after the harness's own (default none), e.g.
+    /// `--max-txn-ops=16`.
+    pub args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -33,7 +36,32 @@ impl Default for ClusterOptions {
         Self {
             members: 3,
             image: EtcdImage::from_env(),
+            args: Vec::new(),
         }
+    }
+}
+
+impl ClusterOptions {
+    /// Sets the number of members.
+    pub fn with_members(mut self, members: usize) -> Self {
+        self.members = members;
+        self
+    }
+
+    /// Sets the image.
+    pub fn with_image(mut self, image: EtcdImage) -> Self {
+        self.image = image;
+        self
+    }
+
+    /// Adds extra etcd flags for every member.
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
     }
 }
 
@@ -47,6 +75,13 @@ struct Member {
 /// An etcd cluster of containers on a network of its own; removed when dropped.
 ///
 /// Members are addressed by index, `0..len()`.
+///
+/// Unlike an [`EtcdNode`](super::EtcdNode)'s, a member's client port is published at a host
+/// port picked in advance (a free port on loopback), not at one Docker picks: Docker picks a
+/// new port each time a container starts, so a member brought back by
+/// [`restart`](Self::restart) would move to another endpoint, and the clients a fault test
+/// made before the crash (and [`endpoints`](Self::endpoints)) would point at nothing. A fixed
+/// port keeps a member's endpoint across kill, stop and restart.
 pub struct EtcdCluster {
     // Dropped in declaration order: the containers go before their network.
     members: Vec<Member>,
@@ -91,14 +126,16 @@ impl EtcdCluster {
             .collect::<Result<Vec<_>, _>>()?;
 
         let starts = names.iter().zip(&ports).map(|(name, port)| {
+            // Fixed across restarts (see `EtcdCluster`).
             let endpoint = format!("http://127.0.0.1:{port}");
-            let args = member_args(
+            let mut args = member_args(
                 name,
                 &endpoint,
                 &initial_cluster,
                 &format!("leasehold-{id}"),
                 &format!("http://{name}-peer:{PEER_PORT}"),
             );
+            args.extend(options.args.iter().cloned());
             let image = &image;
             let (docker, network) = (&docker, &peer_network.name);
             async move {

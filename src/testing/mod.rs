@@ -1,10 +1,12 @@
 //! A real-etcd test harness (feature `testing`): for leasehold's own integration tests and for
 //! the tests of applications built on it.
 //!
-//! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint.
+//! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint, and a connected
+//!   [`Store`](crate::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
+//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`).
 //! - [`EtcdCluster`]: three members by default, on a Docker network of their own, with fault
 //!   controls: kill and restart a member, pause and unpause it, partition it from its peers and
-//!   heal it, find the leader, move leadership.
+//!   heal it, find the leader, move leadership. [`ClusterOptions`] takes extra etcd flags too.
 //! - [`FaultProxy`]: a TCP proxy on loopback between ONE client and etcd that can blackhole
 //!   traffic, cut connections and drop the replies of requests in flight, so one node can be cut
 //!   off from etcd while the others are not.
@@ -70,7 +72,7 @@ pub use crate::fault::{FaultProxy, ProxyMode};
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageAttempt, ImageBuild, ImageChoice, ImageSource, etcd_binary};
-pub use node::EtcdNode;
+pub use node::{EtcdNode, EtcdNodeBuilder};
 
 use crate::keys::Namespace;
 
@@ -142,6 +144,16 @@ pub enum HarnessError {
         named: Option<String>,
         /// The steps tried, in order, with why each gave nothing.
         tried: Vec<ImageAttempt>,
+    },
+    /// A [`Store`](crate::Store) could not connect to the harness's etcd; the cause says
+    /// whether retrying helps.
+    #[error("connect a store to etcd at {endpoint}")]
+    Store {
+        /// The endpoint.
+        endpoint: String,
+        /// The cause.
+        #[source]
+        source: crate::StoreError,
     },
     /// A local I/O failure (ports, temporary files, the proxy's listener).
     #[error("{operation} failed")]
