@@ -188,6 +188,15 @@ async fn the_upstream_step_fails_fast_here_and_the_build_from_debian_follows() {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let image =
         EtcdImage::release(EtcdImage::DEFAULT_VERSION).with_reference("leasehold-test-order", &tag);
+    let outcome = tokio::spawn(falls_through_to_debian(image.clone(), tag)).await;
+    // Removed also when the test failed (it may not exist then).
+    let _ = image.remove().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
+
+async fn falls_through_to_debian(image: EtcdImage, tag: String) {
     let choice = image.resolve().await.expect("an image");
     println!("{:?} after {:?}", choice.source, choice.passed_over);
     let steps: Vec<ImageSource> = choice.passed_over.iter().map(|t| t.source).collect();
@@ -227,6 +236,4 @@ async fn the_upstream_step_fails_fast_here_and_the_build_from_debian_follows() {
         .expect("starts from the built image");
     assert_eq!(node.image_source(), ImageSource::Local, "built by now");
     assert_eq!(version_served(&node).await, EtcdImage::DEFAULT_VERSION);
-    drop(node);
-    image.remove().await.expect("removes the image");
 }
