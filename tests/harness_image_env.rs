@@ -79,11 +79,7 @@ fn leasehold_etcd_image_selects_the_image_or_fails_clearly() {
         runtime.block_on(child(&scenario));
         return;
     }
-    assert!(
-        std::env::var_os(EtcdImage::ENV).is_none(),
-        "run this test without {} set",
-        EtcdImage::ENV
-    );
+    // The children get their own value of the variable, whatever this process has.
 
     // A name no registry has: one clear error naming it, quickly.
     let fake = format!(
