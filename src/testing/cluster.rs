@@ -23,8 +23,12 @@ use super::{EtcdImage, HarnessError, LABEL, docker, free_port, wait_for, wait_se
 pub struct ClusterOptions {
     /// The number of members (default 3).
     pub members: usize,
-    /// The image every member runs (default [`EtcdImage::from_env`]).
+    /// The image every member runs (default [`EtcdImage::from_env`]), resolved once for all
+    /// members (see [`EtcdImage`]).
     pub image: EtcdImage,
+    /// Extra etcd flags for every member, after the harness's own (default none), e.g.
+    /// `--max-txn-ops=16`.
+    pub args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -32,7 +36,32 @@ impl Default for ClusterOptions {
         Self {
             members: 3,
             image: EtcdImage::from_env(),
+            args: Vec::new(),
         }
+    }
+}
+
+impl ClusterOptions {
+    /// Sets the number of members.
+    pub fn with_members(mut self, members: usize) -> Self {
+        self.members = members;
+        self
+    }
+
+    /// Sets the image.
+    pub fn with_image(mut self, image: EtcdImage) -> Self {
+        self.image = image;
+        self
+    }
+
+    /// Adds extra etcd flags for every member.
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
     }
 }
 
@@ -46,6 +75,13 @@ struct Member {
 /// An etcd cluster of containers on a network of its own; removed when dropped.
 ///
 /// Members are addressed by index, `0..len()`.
+///
+/// Unlike an [`EtcdNode`](super::EtcdNode)'s, a member's client port is published at a host
+/// port picked in advance (a free port on loopback), not at one Docker picks: Docker picks a
+/// new port each time a container starts, so a member brought back by
+/// [`restart`](Self::restart) would move to another endpoint, and the clients a fault test
+/// made before the crash (and [`endpoints`](Self::endpoints)) would point at nothing. A fixed
+/// port keeps a member's endpoint across kill, stop and restart.
 pub struct EtcdCluster {
     // Dropped in declaration order: the containers go before their network.
     members: Vec<Member>,
@@ -74,7 +110,7 @@ impl EtcdCluster {
     pub async fn start_with(options: ClusterOptions) -> Result<Self, HarnessError> {
         assert!(options.members >= 1, "a cluster needs at least one member");
         let docker = docker().await?;
-        options.image.ensure(&docker).await?;
+        let image = options.image.resolve_with(&docker).await?.image;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let id = &id[..12];
         let peer_network = PeerNetwork::create(&docker, format!("leasehold-peers-{id}")).await?;
@@ -90,15 +126,17 @@ impl EtcdCluster {
             .collect::<Result<Vec<_>, _>>()?;
 
         let starts = names.iter().zip(&ports).map(|(name, port)| {
+            // Fixed across restarts (see `EtcdCluster`).
             let endpoint = format!("http://127.0.0.1:{port}");
-            let args = member_args(
+            let mut args = member_args(
                 name,
                 &endpoint,
                 &initial_cluster,
                 &format!("leasehold-{id}"),
                 &format!("http://{name}-peer:{PEER_PORT}"),
             );
-            let image = &options.image;
+            args.extend(options.args.iter().cloned());
+            let image = &image;
             let (docker, network) = (&docker, &peer_network.name);
             async move {
                 // No wait condition: a member becomes ready only once its peers are reachable,
@@ -129,7 +167,7 @@ impl EtcdCluster {
             members,
             peer_network,
             docker,
-            image: options.image,
+            image,
         };
         for i in 0..cluster.len() {
             cluster.wait_ready(i).await?;
@@ -166,7 +204,7 @@ impl EtcdCluster {
         self.members[i].member_id
     }
 
-    /// The image the members run.
+    /// The image the members run: the one the selection settled on.
     pub fn image(&self) -> &EtcdImage {
         &self.image
     }

@@ -1,10 +1,12 @@
 //! A real-etcd test harness (feature `testing`): for leasehold's own integration tests and for
 //! the tests of applications built on it.
 //!
-//! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint.
+//! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint, and a connected
+//!   [`Store`](crate::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
+//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`).
 //! - [`EtcdCluster`]: three members by default, on a Docker network of their own, with fault
 //!   controls: kill and restart a member, pause and unpause it, partition it from its peers and
-//!   heal it, find the leader, move leadership.
+//!   heal it, find the leader, move leadership. [`ClusterOptions`] takes extra etcd flags too.
 //! - [`FaultProxy`]: a TCP proxy on loopback between ONE client and etcd that can blackhole
 //!   traffic, cut connections and drop the replies of requests in flight, so one node can be cut
 //!   off from etcd while the others are not.
@@ -15,16 +17,29 @@
 //!
 //! # Images
 //!
-//! No image is ever pulled. By default the harness runs etcd 3.5.16 from the image
-//! `leasehold-etcd:3.5.16`, and builds it when it is missing: `FROM scratch`, the etcd binary
-//! of Debian 13's `etcd-server` package plus the `libc.so.6` and dynamic loader it links, built
-//! through testcontainers' [`GenericBuildableImage`](testcontainers::GenericBuildableImage)
-//! (or, where no builder is usable, `docker import` of the same files as a rootfs tarball). The
-//! binary is fetched once with apt into `~/.cache/leasehold` (see `deploy/fetch-etcd.sh`).
-//! `leasehold-etcd:3.4.23` (Debian 12's etcd) is built the same way for compatibility runs.
+//! By default the harness runs etcd 3.5.16, from the first of these that works:
 //!
-//! Set `LEASEHOLD_ETCD_IMAGE=repo:tag` to run any other etcd image instead; it must have the
-//! etcd binary at `/usr/local/bin/etcd` (as the upstream images do).
+//! 1. `LEASEHOLD_ETCD_IMAGE=repo:tag`, when set: that image and no other, taken from Docker
+//!    or else pulled. It must have the etcd binary at `/usr/local/bin/etcd`, as the upstream
+//!    images do. When it can be neither found nor pulled, the tests fail with
+//!    [`HarnessError::NoEtcdImage`]; no other image is run instead.
+//! 2. `leasehold-etcd:3.5.16`, when Docker already has it (the harness built it earlier).
+//! 3. The image etcd's releases publish, `gcr.io/etcd-development/etcd:v3.5.16`, when Docker has
+//!    it or can pull it.
+//! 4. `leasehold-etcd:3.5.16` built now: `FROM scratch`, the etcd binary of Debian 13's
+//!    `etcd-server` package plus the `libc.so.6` and dynamic loader it links, built through
+//!    testcontainers' [`GenericBuildableImage`](testcontainers::GenericBuildableImage) (or,
+//!    where no builder is usable, `docker import` of the same files as a rootfs tarball). The
+//!    binary is fetched once with apt into `~/.cache/leasehold` (see `deploy/fetch-etcd.sh`),
+//!    so this step needs a Debian-based machine.
+//!
+//! A pull gives up after [`EtcdImage::PULL_TIMEOUT`] (20 s), so a machine that reaches no
+//! registry moves on quickly. When no step works, [`HarnessError::NoEtcdImage`] lists the
+//! three ways to provide an image (name one you have, pull the upstream one, let the harness
+//! build it from Debian's package) and what each gave. The compatibility target,
+//! `EtcdImage::release("3.4.23")` (Debian 12's etcd), follows the same order.
+//! [`EtcdImage::select`] is the choice without the environment, and [`EtcdImage::resolve`]
+//! says which step gave the image ([`ImageSource`]).
 //!
 //! # Failing loudly
 //!
@@ -56,8 +71,8 @@ use std::time::Duration;
 pub use crate::fault::{FaultProxy, ProxyMode};
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
-pub use image::{EtcdImage, ImageBuild, etcd_binary};
-pub use node::EtcdNode;
+pub use image::{EtcdImage, ImageAttempt, ImageBuild, ImageChoice, ImageSource, etcd_binary};
+pub use node::{EtcdNode, EtcdNodeBuilder};
 
 use crate::keys::Namespace;
 
@@ -115,6 +130,30 @@ pub enum HarnessError {
         condition: String,
         /// How long.
         waited: Duration,
+    },
+    /// No etcd image could be had: every step of the selection (see [`EtcdImage`]) failed. The
+    /// message names the three ways to provide one (`LEASEHOLD_ETCD_IMAGE`, pulling etcd's
+    /// upstream image, the build from Debian's package) and what each gave. Permanent until
+    /// one of them is taken.
+    #[error("{}", image::no_image_message(.version.as_deref(), .named.as_deref(), .tried))]
+    NoEtcdImage {
+        /// The etcd version asked for, when known.
+        version: Option<String>,
+        /// The image asked for, when one was named (`LEASEHOLD_ETCD_IMAGE`,
+        /// [`EtcdImage::custom`]): only it may run.
+        named: Option<String>,
+        /// The steps tried, in order, with why each gave nothing.
+        tried: Vec<ImageAttempt>,
+    },
+    /// A [`Store`](crate::Store) could not connect to the harness's etcd; the cause says
+    /// whether retrying helps.
+    #[error("connect a store to etcd at {endpoint}")]
+    Store {
+        /// The endpoint.
+        endpoint: String,
+        /// The cause.
+        #[source]
+        source: crate::StoreError,
     },
     /// A local I/O failure (ports, temporary files, the proxy's listener).
     #[error("{operation} failed")]
