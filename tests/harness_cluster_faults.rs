@@ -7,11 +7,9 @@ use leasehold::{ConnectOptions, Connection, FailureClass, RetryPolicy};
 
 /// A client of one member only, that gives up quickly.
 async fn only(endpoint: &str) -> Connection {
-    let mut options = ConnectOptions::new([endpoint]).with_retry(RetryPolicy {
-        deadline: Duration::from_secs(2),
-        ..RetryPolicy::default()
-    });
-    options.request_timeout = Duration::from_secs(1);
+    let options = ConnectOptions::new([endpoint])
+        .with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(2)))
+        .with_request_timeout(Duration::from_secs(1));
     Connection::connect(options).await.expect("member answers")
 }
 

@@ -6,11 +6,9 @@ use leasehold::testing::{EtcdNode, FaultProxy, random_namespace};
 use leasehold::{ConnectOptions, Connection, FailureClass, RetryPolicy};
 
 fn impatient(endpoint: &str) -> ConnectOptions {
-    let mut options = ConnectOptions::new([endpoint]).with_retry(RetryPolicy {
-        deadline: Duration::from_secs(2),
-        ..RetryPolicy::default()
-    });
-    options.request_timeout = Duration::from_secs(1);
+    let options = ConnectOptions::new([endpoint])
+        .with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(2)))
+        .with_request_timeout(Duration::from_secs(1));
     options
 }
 

@@ -182,10 +182,7 @@ async fn a_replay_whose_snapshot_is_compacted_away_is_a_typed_error() {
     for i in 0..10 {
         journal.append(format!("event {i}")).await.unwrap();
     }
-    let mut replay = store.replay_with(
-        session,
-        ReplayOptions::default().with_page_records(2),
-    );
+    let mut replay = store.replay_with(session, ReplayOptions::default().with_page_records(2));
     // The first page fixes the snapshot.
     replay.next().await.unwrap().unwrap();
     let snapshot = replay.revision();

@@ -93,7 +93,8 @@ async fn every_journal_advances_within_three_seconds_of_a_leader_kill() {
 /// The instant both survivors agree on a new leader, if they do now.
 async fn new_leader(survivors: &[String], old: u64) -> Option<Instant> {
     for endpoint in survivors {
-        let options = ConnectOptions::new([endpoint.as_str()]).with_retry(RetryPolicy::default().with_deadline(Duration::from_millis(100)));
+        let options = ConnectOptions::new([endpoint.as_str()])
+            .with_retry(RetryPolicy::default().with_deadline(Duration::from_millis(100)));
         let status = Connection::connect(options)
             .await
             .ok()?

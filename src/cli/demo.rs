@@ -94,7 +94,8 @@ pub(crate) async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Fai
         _data: data,
         endpoint,
     };
-    let options = ConnectOptions::new([etcd.endpoint.as_str()]).with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(15)));
+    let options = ConnectOptions::new([etcd.endpoint.as_str()])
+        .with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(15)));
     let connection = Connection::connect(options)
         .await
         .map_err(Failure::runtime)?;

@@ -20,6 +20,7 @@ use super::{EtcdImage, HarnessError, LABEL, docker, free_port, wait_for, wait_se
 
 /// How a cluster is started.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ClusterOptions {
     /// The number of members (default 3).
     pub members: usize,
