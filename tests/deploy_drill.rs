@@ -19,7 +19,7 @@ fn require(program: &str, args: &[&str], why: &str) -> Result<(), String> {
     match Command::new(program).args(args).output() {
         Ok(out) if out.status.success() => Ok(()),
         Ok(out) => Err(format!(
-            "`{program} {}` failed ({}): {} {why}",
+            "`{program} {}` failed ({}): {}; {why}",
             args.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
@@ -82,7 +82,11 @@ fn a_killed_nodes_sessions_move_within_ttl_plus_two_seconds() {
                  (deploy/dev.sh installs docker-compose)"
                     .to_owned()
             }),
-        require("timeout", &["--version"], "the drill is bounded with coreutils' timeout"),
+        require(
+            "timeout",
+            &["--version"],
+            "the drill is bounded with coreutils' timeout",
+        ),
     ]
     .into_iter()
     .filter_map(Result::err)
