@@ -16,7 +16,7 @@
 # Exits 0 only when every session of the killed node was acquired by another node within the
 # node's TTL + 2 s, and appended to under its new epoch. The project is always removed
 # (`down -v`), also on failure and on Ctrl-C. Every wait has a timeout; with the binary already
-# built the drill takes about 40 s. Results go to stdout, progress to stderr:
+# built the drill takes 15 to 30 s. Results go to stdout, progress to stderr:
 #
 #   moved session=… from=node-2 epoch=… to=node-1 epoch=… after=4.512s appended_after=4.533s
 #   drill: passed: 4 sessions of node-2 moved within 7.0s (slowest 4.901s)
