@@ -7,8 +7,9 @@
 #
 # What it installs when missing: protobuf-compiler (etcd-client's build needs protoc), and the
 # etcd 3.5.16 and 3.4.23 binaries (Debian packages, unpacked into ~/.cache/leasehold by
-# deploy/fetch-etcd.sh; nothing is installed system-wide). The tests need a running Docker
-# engine and fail, loudly, without one.
+# deploy/fetch-etcd.sh; nothing is installed system-wide), and docker-compose (for the
+# deployment drill, tests/deploy_drill.rs). The tests need a running Docker engine and fail,
+# loudly, without one.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,6 +50,20 @@ ensure_docker() {
   fi
 }
 
+# The deployment drill (deploy/drill.sh, run by tests/deploy_drill.rs) needs docker-compose or
+# the `docker compose` plugin.
+ensure_compose() {
+  command -v docker-compose >/dev/null && return
+  docker compose version >/dev/null 2>&1 && return
+  say "installing docker-compose (the deployment drill runs deploy/compose.yml)"
+  command -v apt-get >/dev/null ||
+    fail "neither docker-compose nor \`docker compose\` is available: the deployment drill needs one"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+  command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 ||
+    fail "docker-compose is still missing after apt-get install: the deployment drill needs it"
+}
+
 cmd_demo() {
   ensure_toolchain
   ensure_protoc
@@ -69,6 +84,7 @@ cmd_test() {
   etcd_binary 3.5.16 >/dev/null
   etcd_binary 3.4.23 >/dev/null
   ensure_docker
+  ensure_compose
 
   say "cargo fmt --check"
   cargo fmt --all -- --check
