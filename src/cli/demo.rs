@@ -22,7 +22,7 @@ use futures_util::StreamExt as _;
 use leasehold::fault::FaultProxy;
 use leasehold::{
     AcquireError, ConnectOptions, Connection, JournalWriteError, Lease, Lost, Namespace, Record,
-    RetryPolicy, Rig, Store,
+    RetryPolicy, Rig, Store, WritePolicy,
 };
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -175,7 +175,14 @@ async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Re
     let proxy = FaultProxy::start(&endpoints[0])
         .await
         .map_err(Failure::runtime)?;
-    let a = connect(options("node-a", vec![proxy.endpoint()])?).await?;
+    // node-a waits up to 3 s for each answer: its last read, which settles the append it sent
+    // as it froze, then outlasts the freeze even on a loaded machine, and the demo can show
+    // that append refused rather than unknown.
+    let a = connect(
+        options("node-a", vec![proxy.endpoint()])?
+            .with_write_policy(WritePolicy::default().with_attempt_timeout(Duration::from_secs(3))),
+    )
+    .await?;
     let b = connect(options("node-b", endpoints.clone())?).await?;
     let c = Arc::new(connect(options("node-c", endpoints.clone())?).await?);
     say(
