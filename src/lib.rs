@@ -31,13 +31,15 @@
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
 //!   retries only what is safe to retry (see [`FailureClass`]).
 //! - [`Namespace`]: the key layout every deployment lives under (see [`keys`]).
+//! - [`metrics`]: what leasehold records through the `metrics` facade, for any exporter.
 //! - `leasehold::testing` (feature `testing`): a real-etcd harness on testcontainers, with
 //!   fault-injecting clusters and a loopback fault proxy, for leasehold's tests and yours.
 //!
 //! # Features
 //!
 //! - `cli` (default): the `leasehold` tool. Library users who do not want its dependencies
-//!   (clap, tracing-subscriber, tempfile, humantime) depend with `default-features = false`.
+//!   (clap, tracing-subscriber, tempfile, humantime, axum, the Prometheus exporter) depend with
+//!   `default-features = false`.
 //! - `fault`: the `fault` module.
 //! - `testing`: the `testing` harness (implies `fault`).
 //!
@@ -77,6 +79,7 @@ pub mod host;
 pub mod journal;
 pub mod keys;
 pub mod lease;
+pub mod metrics;
 pub mod rig;
 pub mod store;
 #[cfg(feature = "testing")]

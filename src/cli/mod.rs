@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod node;
+pub(crate) mod serve;
 
 use std::time::Duration;
 

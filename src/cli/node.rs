@@ -63,6 +63,10 @@ pub(crate) struct NodeArgs {
     /// least 8), so that a journal holds at most N + one batch while trims keep up.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz (the process is up) and
+    /// /readyz (503 while the node lease is not valid), e.g. `127.0.0.1:9464`.
+    #[arg(long, value_name = "ADDR", env = "LEASEHOLD_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -146,8 +150,18 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
         .node
         .clone()
         .unwrap_or_else(|| format!("node-{}", std::process::id()));
+    let exporter = match args.metrics_addr {
+        Some(addr) => Some(super::serve::install(addr).await?),
+        None => None,
+    };
     let store = Arc::new(common.store(common.endpoints(), &name).await?);
     let timeline = Timeline::new();
+    let serving = CancellationToken::new();
+    let _stop_serving = serving.clone().drop_guard();
+    if let Some((handle, listener)) = exporter {
+        let local = super::serve::serve(handle, listener, store.clone(), serving.clone())?;
+        timeline.say(&name, format_args!("metrics at http://{local}/metrics"));
+    }
     timeline.say(
         &name,
         format_args!(

@@ -236,6 +236,7 @@ struct Writer {
 /// and the store's shutdown.
 #[derive(Clone)]
 pub(crate) struct JournalContext {
+    pub(crate) metrics: crate::metrics::Metrics,
     pub(crate) connection: Connection,
     pub(crate) namespace: Namespace,
     pub(crate) limits: JournalLimits,
@@ -397,6 +398,17 @@ impl Journal {
                 max: limits.max_bytes(),
             });
         }
+        let started = tokio::time::Instant::now();
+        let answered = self.answer(payloads).await;
+        self.context
+            .metrics
+            .append(&answered, payloads.len(), started.elapsed());
+        answered
+    }
+
+    /// Queues the append and waits for its answer: from whoever committed the batch it was
+    /// in, or from committing the next batch itself.
+    async fn answer<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<Appended, JournalWriteError> {
         let (reply, mut answer) = oneshot::channel();
         self.queue().push_back(Queued {
             payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
@@ -526,6 +538,7 @@ impl Journal {
             writer.tip_mod_revision,
         );
         debug_assert_eq!(append.size, self.encoded_size(payloads));
+        self.context.metrics.batch(payloads.len());
         // Until the send resolves, the tip is unknown: if this future is dropped mid-send, the
         // journal must not go on as if nothing had been sent.
         writer.condition = Condition::Indeterminate;

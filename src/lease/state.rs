@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Epoch, LossReason};
+use crate::metrics::Metrics;
 
 /// One generation of a store's node lease, as its handles see it. The keepalive task moves the
 /// deadline; readers need no lock.
@@ -108,7 +109,15 @@ pub(crate) struct LeaseState {
     journal: std::sync::atomic::AtomicU8,
     reason: watch::Sender<Option<LossReason>>,
     lost: Lost,
+    /// Where a lease handed out is counted (set once, before `COUNTED`).
+    metrics: std::sync::OnceLock<Metrics>,
+    /// `COUNTED` once handed out and counted as held, `LOST` once lost: the held gauge goes
+    /// down once for each lease it went up for, whichever comes first.
+    counting: std::sync::atomic::AtomicU8,
 }
+
+const COUNTED: u8 = 1;
+const LOST: u8 = 2;
 
 impl LeaseState {
     pub(crate) fn new(
@@ -139,7 +148,18 @@ impl LeaseState {
             journal: std::sync::atomic::AtomicU8::new(0),
             reason,
             lost: Lost(lost),
+            metrics: std::sync::OnceLock::new(),
+            counting: std::sync::atomic::AtomicU8::new(0),
         })
+    }
+
+    /// Counts the lease as acquired and held, once it is handed out.
+    pub(crate) fn count_held(&self, metrics: &Metrics) {
+        metrics.acquisition("acquired");
+        let _ = self.metrics.set(metrics.clone());
+        if self.counting.fetch_or(COUNTED, Ordering::AcqRel) & LOST == 0 {
+            metrics.held();
+        }
     }
 
     /// Records the loss; the first reason wins. Returns whether this call lost the lease.
@@ -156,6 +176,11 @@ impl LeaseState {
         });
         if first {
             tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
+            if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
+                && let Some(metrics) = self.metrics.get()
+            {
+                metrics.lost(reason);
+            }
         }
         first
     }

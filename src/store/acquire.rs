@@ -82,6 +82,17 @@ fn hand_out(loss: Option<LossReason>) -> Result<(), AcquireError> {
 
 impl StoreShared {
     pub(super) async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+        let metrics = self.metrics.clone();
+        let acquired = self.acquire_once(session).await;
+        match &acquired {
+            Ok(lease) => lease.state().count_held(&metrics),
+            Err(AcquireError::Held(_)) => metrics.acquisition("held"),
+            Err(_) => metrics.acquisition("failed"),
+        }
+        acquired
+    }
+
+    async fn acquire_once(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
         let node = self
             .current_node()
             .filter(|node| node.is_valid())

@@ -206,11 +206,24 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                     Ok(Some(_)) if !validity.is_valid_at(Instant::now()) => {
                         return End::Lost(LossReason::Expired);
                     }
-                    Ok(Some(reply)) => match validity.replied(reply.ttl()) {
-                        Renewal::Renewed { valid_until } => node.set_valid_until(valid_until),
-                        Renewal::Gone => return End::Lost(LossReason::KeepaliveFailed),
-                        Renewal::Unexpected => {}
-                    },
+                    Ok(Some(reply)) => {
+                        // The reply answers the oldest request outstanding.
+                        let answered = validity.oldest_outstanding();
+                        match validity.replied(reply.ttl()) {
+                            Renewal::Renewed { valid_until } => {
+                                node.set_valid_until(valid_until);
+                                let now = Instant::now();
+                                if let Some(sent) = answered {
+                                    shared.metrics.keepalive(
+                                        now.saturating_duration_since(sent),
+                                        valid_until.saturating_duration_since(now),
+                                    );
+                                }
+                            }
+                            Renewal::Gone => return End::Lost(LossReason::KeepaliveFailed),
+                            Renewal::Unexpected => {}
+                        }
+                    }
                     Ok(None) | Err(_) => {
                         tracing::debug!(%endpoint, "keepalive stream ended; re-opening");
                         shared.connection.rotate();

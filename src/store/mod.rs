@@ -72,6 +72,7 @@ use crate::journal::{
 };
 use crate::keys::Namespace;
 use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
+use crate::metrics::Metrics;
 use crate::write::{self, WritePolicy, Written};
 use cleanup::Cleanup;
 pub(crate) use cleanup::Delete;
@@ -242,6 +243,7 @@ pub(crate) struct StoreShared {
     cleanups: cleanup::Claims,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
+    pub(crate) metrics: Metrics,
 }
 
 /// One node's connection to leasehold on etcd: grants and keeps the node lease, watches owner
@@ -281,6 +283,7 @@ impl Store {
             })?;
         let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
         let shared = Arc::new(StoreShared {
+            metrics: Metrics::new(&options.node, &options.namespace),
             connection,
             namespace: options.namespace,
             node: options.node,
@@ -603,6 +606,7 @@ impl StoreShared {
     /// What a journal of this store needs.
     pub(crate) fn journal_context(&self) -> JournalContext {
         JournalContext {
+            metrics: self.metrics.clone(),
             connection: self.connection.clone(),
             namespace: self.namespace.clone(),
             limits: self.journal.clone(),

@@ -51,6 +51,7 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
             Ok(()) => return,
             Err(reason) => {
                 tracing::debug!(%reason, "owner watch restarting");
+                shared.metrics.watch_restart();
                 shared.connection.rotate();
             }
         }

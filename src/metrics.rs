@@ -1,0 +1,150 @@
+//! The metrics leasehold records, through the [`metrics`](https://docs.rs/metrics) facade:
+//! install any exporter (the `leasehold` tool serves Prometheus text with
+//! `leasehold node --metrics-addr`), and call [`describe`] once to give them help texts.
+//!
+//! Every metric carries the labels `node` and `namespace` of the [`Store`](crate::Store) that
+//! recorded it, so that a process with several stores can be read.
+//!
+//! | metric | kind | labels | what |
+//! | --- | --- | --- | --- |
+//! | `leasehold_sessions_held` | gauge | | leases handed out and not yet lost |
+//! | `leasehold_acquisitions_total` | counter | `outcome`: `acquired`, `held`, `failed` | acquisition attempts |
+//! | `leasehold_losses_total` | counter | `reason`: `released`, `revoked`, `overtaken`, `expired`, ... | leases lost, by the first reason |
+//! | `leasehold_keepalive_round_trip_seconds` | histogram | | from a keepalive's send to its reply |
+//! | `leasehold_validity_slack_seconds` | gauge | | the node lease's deadline minus now, at each renewal |
+//! | `leasehold_appends_total` | counter | `outcome`: `ok`, `fenced`, `unknown`, `failed` | append calls |
+//! | `leasehold_append_records_total` | counter | `outcome` | records in those calls |
+//! | `leasehold_append_seconds` | histogram | | an append call, from its start to its answer |
+//! | `leasehold_append_batch_records` | histogram | | records per append transaction (group commit) |
+//! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Label, counter, gauge, histogram};
+
+use crate::error::JournalWriteError;
+use crate::keys::Namespace;
+use crate::lease::LossReason;
+
+const SESSIONS_HELD: &str = "leasehold_sessions_held";
+const ACQUISITIONS: &str = "leasehold_acquisitions_total";
+const LOSSES: &str = "leasehold_losses_total";
+const KEEPALIVE_ROUND_TRIP: &str = "leasehold_keepalive_round_trip_seconds";
+const VALIDITY_SLACK: &str = "leasehold_validity_slack_seconds";
+const APPENDS: &str = "leasehold_appends_total";
+const APPEND_RECORDS: &str = "leasehold_append_records_total";
+const APPEND_SECONDS: &str = "leasehold_append_seconds";
+const APPEND_BATCH: &str = "leasehold_append_batch_records";
+const WATCH_RESTARTS: &str = "leasehold_watch_restarts_total";
+
+/// Gives every leasehold metric its unit and help text in the installed recorder.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(SESSIONS_HELD, "Session leases handed out and not yet lost");
+    describe_counter!(ACQUISITIONS, "Acquisition attempts, by outcome");
+    describe_counter!(LOSSES, "Session leases lost, by the first reason");
+    describe_histogram!(
+        KEEPALIVE_ROUND_TRIP,
+        Unit::Seconds,
+        "From a node lease keepalive's send to its reply"
+    );
+    describe_gauge!(
+        VALIDITY_SLACK,
+        Unit::Seconds,
+        "The node lease's validity deadline minus now, at each renewal"
+    );
+    describe_counter!(APPENDS, "Journal append calls, by outcome");
+    describe_counter!(
+        APPEND_RECORDS,
+        "Records in journal append calls, by outcome"
+    );
+    describe_histogram!(
+        APPEND_SECONDS,
+        Unit::Seconds,
+        "A journal append call, from its start to its answer"
+    );
+    describe_histogram!(APPEND_BATCH, "Records per journal append transaction");
+    describe_counter!(WATCH_RESTARTS, "Restarts of the node's owner watch");
+}
+
+/// The labels of one store, and the recording of its metrics.
+#[derive(Clone, Debug)]
+pub(crate) struct Metrics {
+    labels: Arc<[Label]>,
+}
+
+impl Metrics {
+    pub(crate) fn new(node: &str, namespace: &Namespace) -> Self {
+        Self {
+            labels: Arc::from(vec![
+                Label::new("node", node.to_owned()),
+                Label::new("namespace", namespace.as_str().to_owned()),
+            ]),
+        }
+    }
+
+    fn labels(&self) -> Vec<Label> {
+        self.labels.to_vec()
+    }
+
+    fn with(&self, key: &'static str, value: &'static str) -> Vec<Label> {
+        let mut labels = self.labels();
+        labels.push(Label::new(key, value));
+        labels
+    }
+
+    pub(crate) fn acquisition(&self, outcome: &'static str) {
+        counter!(ACQUISITIONS, self.with("outcome", outcome)).increment(1);
+    }
+
+    pub(crate) fn held(&self) {
+        gauge!(SESSIONS_HELD, self.labels()).increment(1.0);
+    }
+
+    pub(crate) fn lost(&self, reason: LossReason) {
+        gauge!(SESSIONS_HELD, self.labels()).decrement(1.0);
+        counter!(LOSSES, self.with("reason", reason_label(reason))).increment(1);
+    }
+
+    pub(crate) fn keepalive(&self, round_trip: Duration, slack: Duration) {
+        histogram!(KEEPALIVE_ROUND_TRIP, self.labels()).record(round_trip.as_secs_f64());
+        gauge!(VALIDITY_SLACK, self.labels()).set(slack.as_secs_f64());
+    }
+
+    pub(crate) fn append<T>(
+        &self,
+        result: &Result<T, JournalWriteError>,
+        records: usize,
+        took: Duration,
+    ) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(JournalWriteError::Fenced(_)) => "fenced",
+            Err(JournalWriteError::OutcomeUnknown(_)) => "unknown",
+            Err(_) => "failed",
+        };
+        counter!(APPENDS, self.with("outcome", outcome)).increment(1);
+        counter!(APPEND_RECORDS, self.with("outcome", outcome)).increment(records as u64);
+        histogram!(APPEND_SECONDS, self.labels()).record(took.as_secs_f64());
+    }
+
+    pub(crate) fn batch(&self, records: usize) {
+        histogram!(APPEND_BATCH, self.labels()).record(records as f64);
+    }
+
+    pub(crate) fn watch_restart(&self) {
+        counter!(WATCH_RESTARTS, self.labels()).increment(1);
+    }
+}
+
+fn reason_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Released => "released",
+        LossReason::Revoked => "revoked",
+        LossReason::Overtaken => "overtaken",
+        LossReason::Expired => "expired",
+        LossReason::KeepaliveFailed => "keepalive_failed",
+        LossReason::StoreClosed => "store_closed",
+    }
+}

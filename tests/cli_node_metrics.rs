@@ -1,0 +1,135 @@
+//! `leasehold node --metrics-addr`: Prometheus text at /metrics, /healthz, and /readyz that
+//! turns 503 while the node lease is not valid and 200 again once it is.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold::testing::{FaultProxy, wait_for};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::Command;
+
+/// A plain HTTP/1.1 GET: (status, body).
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP status: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the series of `name` whose labels include `labels`.
+fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .find(|line| labels.iter().all(|label| line.contains(label)))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_health_and_readiness_are_served() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let mut node = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "--endpoints",
+            &proxy.endpoint(),
+            "--namespace",
+            etcd.ns.as_str(),
+        ])
+        .args(["--node", "metered", "--ttl", "3", "--margin", "0.5"])
+        .args(["node", "--sessions", "2", "--metrics-addr", "127.0.0.1:0"])
+        .env_remove("LEASEHOLD_METRICS_ADDR")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the node says where its metrics are")
+            .unwrap()
+            .expect("a line");
+        if let Some(url) = line.split("metrics at http://").nth(1) {
+            break url.trim_end_matches("/metrics").to_owned();
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    // --- up, ready, and counting what it does
+    assert_eq!(get(&addr, "/healthz").await.0, 200);
+    let node_label = "node=\"metered\"";
+    wait_for(
+        "two sessions held and heartbeats appended",
+        Duration::from_secs(15),
+        || async {
+            let (status, scrape) = get(&addr, "/metrics").await;
+            assert_eq!(status, 200);
+            let held = sample(&scrape, "leasehold_sessions_held", &[node_label])?;
+            let appended = sample(
+                &scrape,
+                "leasehold_appends_total",
+                &[node_label, "outcome=\"ok\""],
+            )?;
+            (held == 2.0 && appended >= 2.0).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let (_, scrape) = get(&addr, "/metrics").await;
+    assert!(
+        scrape.contains("# HELP leasehold_appends_total"),
+        "described: {scrape}"
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            "leasehold_acquisitions_total",
+            &[node_label, "outcome=\"acquired\""]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(get(&addr, "/readyz").await.0, 200);
+
+    // --- cut off from etcd: not ready once the node lease is past its deadline; ready again
+    // once a fresh node lease is granted
+    proxy.blackhole();
+    wait_for("/readyz 503", Duration::from_secs(6), || async {
+        (get(&addr, "/readyz").await.0 == 503).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(get(&addr, "/healthz").await.0, 200, "still up");
+    proxy.heal();
+    wait_for("/readyz 200 again", Duration::from_secs(20), || async {
+        (get(&addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await
+    .unwrap();
+
+    let pid = node.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), node.wait())
+        .await
+        .expect("the node stops")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
