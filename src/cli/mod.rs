@@ -66,6 +66,30 @@ pub(crate) struct Common {
     /// How long to wait for etcd to answer at all, in seconds.
     #[arg(long, default_value_t = 5, global = true)]
     connect_timeout: u64,
+    /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.
+    #[arg(
+        long,
+        value_enum,
+        env = "LEASEHOLD_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object per line, with the spans (node, namespace, session, epoch) in it.
+    Json,
+}
+
+impl Cli {
+    pub(crate) fn log_format(&self) -> LogFormat {
+        self.common.log_format
+    }
 }
 
 #[derive(Subcommand)]

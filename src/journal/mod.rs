@@ -101,6 +101,7 @@ use std::collections::VecDeque;
 
 use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::connection::Connection;
@@ -236,6 +237,8 @@ struct Writer {
 /// and the store's shutdown.
 #[derive(Clone)]
 pub(crate) struct JournalContext {
+    /// The store's span (node, namespace), parent of the journal's.
+    pub(crate) span: tracing::Span,
     pub(crate) metrics: crate::metrics::Metrics,
     pub(crate) connection: Connection,
     pub(crate) namespace: Namespace,
@@ -399,7 +402,8 @@ impl Journal {
             });
         }
         let started = tokio::time::Instant::now();
-        let answered = self.answer(payloads).await;
+        let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
+        let answered = self.answer(payloads).instrument(span).await;
         self.context
             .metrics
             .append(&answered, payloads.len(), started.elapsed());
@@ -592,7 +596,11 @@ impl Journal {
     /// [`NotOwner`](RetentionError::NotOwner) when the session is no longer owned at this
     /// epoch, and [`LeaseLost`](RetentionError::LeaseLost) once the lease is invalid.
     pub async fn trim(&self, before: u64) -> Result<Trimmed, RetentionError> {
-        self.retention().trim(before, TRIM_BATCH).await
+        let span = tracing::info_span!(parent: &self.context.span, "trim", session = %self.session_id(), epoch = %self.epoch(), before);
+        self.retention()
+            .trim(before, TRIM_BATCH)
+            .instrument(span)
+            .await
     }
 
     fn retention(&self) -> Retention<'_> {

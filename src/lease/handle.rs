@@ -91,6 +91,12 @@ impl Lease {
     /// delete fails, it is retried in the background until confirmed or the node lease is gone
     /// (which deletes the key too), and this call returns [`ReleaseError::Deferred`]; later
     /// calls return `Ok(())`.
+    #[tracing::instrument(
+        name = "release",
+        skip_all,
+        parent = self.store().span(),
+        fields(session = %self.session_id(), epoch = %self.epoch())
+    )]
     pub async fn release(&self) -> Result<(), ReleaseError> {
         if !self.state.release() {
             return Ok(());

@@ -59,6 +59,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, RetryPolicy};
@@ -244,6 +245,9 @@ pub(crate) struct StoreShared {
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
     pub(crate) metrics: Metrics,
+    /// Names this store (node, namespace) in the logs: the parent of its tasks' and its
+    /// calls' spans.
+    span: tracing::Span,
 }
 
 /// One node's connection to leasehold on etcd: grants and keeps the node lease, watches owner
@@ -284,6 +288,12 @@ impl Store {
         let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
         let shared = Arc::new(StoreShared {
             metrics: Metrics::new(&options.node, &options.namespace),
+            span: tracing::info_span!(
+                parent: None,
+                "store",
+                node = %options.node,
+                namespace = %options.namespace
+            ),
             connection,
             namespace: options.namespace,
             node: options.node,
@@ -306,14 +316,23 @@ impl Store {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
-        tracing::info!(node = %shared.node, lease = node.id, ttl = ?shared.ttl, "store connected");
-        shared
-            .tasks
-            .spawn(keepalive::run(shared.clone(), node, validity));
-        shared.tasks.spawn(owner_watch::run(shared.clone()));
-        shared
-            .tasks
-            .spawn(cleanup::run(shared.clone(), cleanup_jobs));
+        let span = shared.span().clone();
+        let _in_store = span.enter();
+        tracing::info!(lease = node.id, ttl = ?shared.ttl, "store connected");
+        // The store's tasks carry its node and namespace in every event they log.
+        shared.tasks.spawn(
+            keepalive::run(shared.clone(), node, validity)
+                .instrument(tracing::info_span!(parent: &span, "keepalive")),
+        );
+        shared.tasks.spawn(
+            owner_watch::run(shared.clone())
+                .instrument(tracing::info_span!(parent: &span, "owner_watch")),
+        );
+        shared.tasks.spawn(
+            cleanup::run(shared.clone(), cleanup_jobs)
+                .instrument(tracing::info_span!(parent: &span, "cleanup")),
+        );
+        drop(_in_store);
         Ok(Self { shared })
     }
 
@@ -356,6 +375,7 @@ impl Store {
     }
 
     /// Acquires `session` if nobody owns it. One transaction; see the module docs.
+    #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session))]
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
         if self.shared.shutdown.is_cancelled() {
             return Err(AcquireError::StoreClosed);
@@ -414,6 +434,7 @@ impl Store {
     /// `None` fails with [`NilLeaseError`]; a lease of another session, or a second open with
     /// the same lease, with typed errors too (one journal per lease, so fence epochs strictly
     /// increase).
+    #[tracing::instrument(name = "open", skip_all, parent = self.shared.span(), fields(%session))]
     pub async fn open_journal(
         &self,
         session: Uuid,
@@ -603,9 +624,15 @@ impl StoreShared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The span naming this store: its node and namespace.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
     /// What a journal of this store needs.
     pub(crate) fn journal_context(&self) -> JournalContext {
         JournalContext {
+            span: self.span.clone(),
             metrics: self.metrics.clone(),
             connection: self.connection.clone(),
             namespace: self.namespace.clone(),
