@@ -467,6 +467,19 @@ pub enum RetentionError {
     Etcd(#[source] EtcdError),
 }
 
+impl ReplayError {
+    /// A read at `revision` failed: [`Compacted`](Self::Compacted) if etcd compacted it.
+    pub(crate) fn reading_at(revision: i64) -> impl FnOnce(EtcdError) -> Self {
+        move |error| {
+            if error.is_compacted() {
+                ReplayError::Compacted { revision }
+            } else {
+                ReplayError::Etcd(error)
+            }
+        }
+    }
+}
+
 // etcd's canonical error descriptions (server/etcdserver/api/v3rpc/rpctypes). etcd reports these
 // only as gRPC status messages; its own Go client maps them back by the same strings.
 const ETCD_NO_LEADER: &str = "etcdserver: no leader";

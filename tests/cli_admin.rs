@@ -188,15 +188,7 @@ async fn owners_journal_show_and_check_tell_what_etcd_holds() {
         let record: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(record["payload"], expected);
     }
-    let pid = follow.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), follow.wait())
-        .await
-        .expect("--follow ends on SIGTERM")
-        .unwrap();
+    let status = common::terminate(&mut follow, Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(0));
 
     // --- check: sound journals exit 0; a forged record is a violation: exit 1, with its seq

@@ -46,15 +46,7 @@ async fn json_logs_name_node_namespace_session_and_epoch() {
             break;
         }
     }
-    let pid = node.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), node.wait())
-        .await
-        .expect("the node stops")
-        .unwrap();
+    let status = common::terminate(&mut node, Duration::from_secs(20)).await;
     assert!(status.success());
     let logs = errors.await.unwrap();
 

@@ -69,15 +69,7 @@ async fn keep_bounds_every_journal_while_the_node_appends() {
     assert_eq!(sessions.len(), SESSIONS, "every session was owned");
 
     // --- the node stops in order; every journal is bounded, trimmed and sound
-    let pid = node.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), node.wait())
-        .await
-        .expect("the node stops")
-        .unwrap();
+    let status = common::terminate(&mut node, Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
     let mut appended = Vec::new();
     for &session in &sessions {

@@ -122,14 +122,6 @@ async fn metrics_health_and_readiness_are_served() {
     .await
     .unwrap();
 
-    let pid = node.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), node.wait())
-        .await
-        .expect("the node stops")
-        .unwrap();
+    let status = common::terminate(&mut node, Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
 }

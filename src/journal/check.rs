@@ -428,13 +428,7 @@ async fn read_tip(
             async move { client.get(key, options).await }
         })
         .await
-        .map_err(|error| {
-            if error.is_compacted() {
-                ReplayError::Compacted { revision }
-            } else {
-                ReplayError::Etcd(error)
-            }
-        })?;
+        .map_err(ReplayError::reading_at(revision))?;
     Ok(response
         .kvs()
         .first()

@@ -147,13 +147,7 @@ impl Replay {
                     async move { client.get(from, Some(options)).await }
                 })
                 .await
-                .map_err(|error| {
-                    if error.is_compacted() {
-                        ReplayError::Compacted { revision }
-                    } else {
-                        ReplayError::Etcd(error)
-                    }
-                })?;
+                .map_err(ReplayError::reading_at(revision))?;
             Ok(Page {
                 revision: response.header().map_or(0, |h| h.revision()),
                 base: None,

@@ -253,3 +253,19 @@ impl ProxiedJournal {
         .unwrap();
     }
 }
+
+/// Sends SIGTERM to a `leasehold` process and waits (at most `within`) for it to exit.
+pub(crate) async fn terminate(
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> std::process::ExitStatus {
+    let pid = child.id().expect("still running").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    tokio::time::timeout(within, child.wait())
+        .await
+        .expect("it exits on SIGTERM")
+        .expect("its status")
+}
