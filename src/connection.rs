@@ -160,7 +160,7 @@ impl TlsOptions {
         self.identity.is_some()
     }
 
-    fn to_etcd(&self) -> etcd_client::TlsOptions {
+    pub(crate) fn to_etcd(&self) -> etcd_client::TlsOptions {
         let mut tls = etcd_client::TlsOptions::new()
             .ca_certificate(etcd_client::Certificate::from_pem(&self.ca_pem));
         if let Some((cert, key)) = &self.identity {
@@ -207,7 +207,7 @@ impl Credentials {
         &self.user
     }
 
-    fn pair(&self) -> (String, String) {
+    pub(crate) fn pair(&self) -> (String, String) {
         (self.user.clone(), self.password.clone())
     }
 }
