@@ -407,6 +407,8 @@ impl Connection {
         if options.endpoints.is_empty() {
             return Err(ConnectError::NoEndpoints);
         }
+        // The TLS options and credentials show no key and no password.
+        tracing::debug!(?options, "connecting to etcd");
         let stream_options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
             // HTTP/2 pings find dead connections; etcd drops clients that ping more often than

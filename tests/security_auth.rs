@@ -293,3 +293,43 @@ async fn no_secret_reaches_the_commands_output() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("acquired session="), "{text}");
 }
+
+/// Streams carry the token they were opened with. After the token expired, a cut connection
+/// makes the store re-open its keepalive stream and its owner watch: each authenticates
+/// afresh, so the lease is kept and the watch still reports.
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_reopened_after_the_token_expired_authenticate_afresh() {
+    let etcd = auth_etcd(&["--auth-token=simple", "--auth-token-ttl=2"]).await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
+        .await
+        .unwrap();
+    let mut options = alice(&etcd, "A", PASSWORD);
+    options.endpoints = vec![proxy.endpoint()];
+    let store = Store::connect(options).await.expect("alice connects");
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(store.acquire_lease(Uuid::new_v4()).await.expect("acquires"));
+    }
+    // Every token of the store expires; then every connection is cut.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.cut();
+    // Longer than the node lease's TTL (3 s): the keepalive stream was re-opened.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for lease in &leases {
+        assert!(lease.is_valid(), "the lease was kept");
+        assert!(timeout(Duration::ZERO, lease.lost()).await.is_err());
+    }
+    // The re-opened watch reports each delete from outside at once. (A watch that could not
+    // be re-opened would be restarted every 2 s, and each restart's snapshot would find the
+    // delete within 2 s: three deletes each seen within 400 ms tell the two apart.)
+    let mut raw = etcd.raw_client().await.unwrap();
+    for lease in &leases {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        raw.delete(lease.owner_key(), None).await.unwrap();
+        let reason = timeout(Duration::from_millis(400), lease.lost())
+            .await
+            .expect("the re-opened watch tells at once");
+        assert_eq!(reason, LossReason::Revoked);
+    }
+    store.close().await;
+}
