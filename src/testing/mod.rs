@@ -3,7 +3,10 @@
 //!
 //! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint, and a connected
 //!   [`Store`](crate::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
-//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`).
+//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`), TLS
+//!   ([`EtcdNodeBuilder::tls`] with [`TestCertificates`], generated with rcgen: `https://`
+//!   only, client certificates required) and authentication ([`EtcdNodeBuilder::auth`]: a root
+//!   user, then [`EtcdNode::add_prefix_user`] for users limited to a prefix).
 //! - [`EtcdCluster`]: three members by default, on a Docker network of their own, with fault
 //!   controls: kill and restart a member, pause and unpause it, partition it from its peers and
 //!   heal it, find the leader, move leadership. [`ClusterOptions`] takes extra etcd flags too.
