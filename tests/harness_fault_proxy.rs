@@ -6,10 +6,9 @@ use leasehold::testing::{EtcdNode, FaultProxy, random_namespace};
 use leasehold::{ConnectOptions, Connection, FailureClass, RetryPolicy};
 
 fn impatient(endpoint: &str) -> ConnectOptions {
-    let options = ConnectOptions::new([endpoint])
+    ConnectOptions::new([endpoint])
         .with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(2)))
-        .with_request_timeout(Duration::from_secs(1));
-    options
+        .with_request_timeout(Duration::from_secs(1))
 }
 
 #[tokio::test(flavor = "multi_thread")]
