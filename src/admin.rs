@@ -540,9 +540,16 @@ async fn follow(
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
-        let (mut client, endpoint) = connection.stream_client();
+        let (client, endpoint) = connection.stream_client();
+        let open = async {
+            client
+                .ready()
+                .await?
+                .watch(prefix.as_str(), Some(options))
+                .await
+        };
         let opened = tokio::select! {
-            opened = tokio::time::timeout(Duration::from_secs(5), client.watch(prefix.as_str(), Some(options))) => opened,
+            opened = tokio::time::timeout(Duration::from_secs(5), open) => opened,
             _ = stop.cancelled() => return,
         };
         if let Ok(Ok(mut stream)) = opened {

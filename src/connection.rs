@@ -60,6 +60,12 @@ pub struct ConnectOptions {
     pub request_timeout: Duration,
     /// Retries of idempotent requests, and of writes that were certainly not applied.
     pub retry: RetryPolicy,
+    /// TLS for `https://` endpoints: the CA to trust, and a client certificate when etcd asks
+    /// for one. `None`: `http://` endpoints.
+    pub tls: Option<TlsOptions>,
+    /// A user and password for etcd's authentication (`etcdctl --user`). `None`: no
+    /// authentication.
+    pub credentials: Option<Credentials>,
 }
 
 impl ConnectOptions {
@@ -71,7 +77,22 @@ impl ConnectOptions {
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            tls: None,
+            credentials: None,
         }
+    }
+
+    /// Connects over TLS (`https://` endpoints) with `tls`.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates as `user` with `password`: every client gets a token when it first
+    /// connects, and a fresh one whenever etcd reports the token expired or invalid.
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials::new(user, password));
+        self
     }
 
     /// Sets the retry policy.
@@ -90,6 +111,113 @@ impl ConnectOptions {
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+}
+
+/// TLS settings for `https://` endpoints (etcd's `--cert-file`, `--key-file`,
+/// `--trusted-ca-file`, `--client-cert-auth`; `etcdctl --cacert --cert --key`).
+///
+/// The members' certificates must chain to the CA given here (the system's roots are not
+/// used); their names must match the endpoint's host, or the name set with
+/// [`with_domain_name`](Self::with_domain_name). `Debug` never shows the private key.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct TlsOptions {
+    ca_pem: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    domain_name: Option<String>,
+}
+
+impl TlsOptions {
+    /// Trusts the CA certificate(s) in `ca_pem` (PEM) for the members' certificates.
+    pub fn new(ca_pem: impl Into<Vec<u8>>) -> Self {
+        Self {
+            ca_pem: ca_pem.into(),
+            identity: None,
+            domain_name: None,
+        }
+    }
+
+    /// Presents a client certificate (PEM) and its private key (PEM), for members that
+    /// require one (`--client-cert-auth`).
+    pub fn with_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Checks the members' certificates against `name` instead of each endpoint's host.
+    pub fn with_domain_name(mut self, name: impl Into<String>) -> Self {
+        self.domain_name = Some(name.into());
+        self
+    }
+
+    /// Whether a client certificate is presented.
+    pub fn has_client_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    pub(crate) fn to_etcd(&self) -> etcd_client::TlsOptions {
+        let mut tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&self.ca_pem));
+        if let Some((cert, key)) = &self.identity {
+            tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &self.domain_name {
+            tls = tls.domain_name(name.clone());
+        }
+        tls
+    }
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field(
+                "client_identity",
+                &self.identity.as_ref().map(|_| "(certificate and key)"),
+            )
+            .field("domain_name", &self.domain_name)
+            .finish()
+    }
+}
+
+/// A user name and password for etcd's authentication. `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    user: String,
+    password: String,
+}
+
+impl Credentials {
+    /// `user`, authenticated with `password`.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
+        Self {
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The user name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub(crate) fn pair(&self) -> (String, String) {
+        (self.user.clone(), self.password.clone())
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"(redacted)")
+            .finish()
     }
 }
 
@@ -115,6 +243,17 @@ pub enum ConnectError {
         /// The endpoints tried, comma-separated.
         endpoints: String,
         /// The last failure.
+        #[source]
+        source: EtcdError,
+    },
+    /// An endpoint answered and refused the credentials: a wrong user or password, or
+    /// authentication not enabled on the cluster ([`EtcdError::is_auth_failed`]), or a
+    /// permission the user lacks ([`EtcdError::is_permission_denied`]). Permanent.
+    #[error("etcd refused the credentials ({endpoints})")]
+    Refused {
+        /// The endpoints tried, comma-separated.
+        endpoints: String,
+        /// etcd's refusal.
         #[source]
         source: EtcdError,
     },
@@ -170,17 +309,52 @@ struct Member {
     endpoint: String,
     /// For unary requests: each bounded by the request timeout. Replaced by a fresh one
     /// (a new connection) when a write attempt gets no answer in time.
-    client: std::sync::Mutex<Client>,
+    client: std::sync::Mutex<Unary>,
     /// For keepalive and watch streams, which live indefinitely: no request timeout.
     streams: Client,
 }
 
+/// A unary client, and whether it has authenticated (with credentials, it does so before its
+/// first request; etcd-client then refreshes an expired token by itself).
+#[derive(Clone)]
+struct Unary {
+    client: Client,
+    authenticated: Arc<tokio::sync::OnceCell<()>>,
+}
+
+impl Unary {
+    fn new(client: Client) -> Self {
+        Self {
+            client,
+            authenticated: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+}
+
 impl Member {
-    fn client(&self) -> Client {
+    fn unary(&self) -> Unary {
         self.client
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// The client for a long-lived stream, authenticated afresh when it is opened (a stream
+/// carries the token it was opened with, and a watch re-opened with an expired one would be
+/// cancelled over and over).
+pub(crate) struct StreamClient {
+    client: Client,
+    credentials: Option<Arc<Credentials>>,
+}
+
+impl StreamClient {
+    /// The client, with a fresh token when there are credentials.
+    pub(crate) async fn ready(mut self) -> Result<Client, etcd_client::Error> {
+        if let Some(credentials) = &self.credentials {
+            self.client.update_user(Some(credentials.pair())).await?;
+        }
+        Ok(self.client)
     }
 }
 
@@ -212,6 +386,8 @@ pub struct Connection {
     retry: RetryPolicy,
     /// How unary clients are built (for replacing one).
     client_options: etcd_client::ConnectOptions,
+    /// Who the clients authenticate as.
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -219,6 +395,7 @@ impl std::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("endpoints", &self.endpoints())
             .field("retry", &self.retry)
+            .field("credentials", &self.credentials)
             .finish()
     }
 }
@@ -230,6 +407,8 @@ impl Connection {
         if options.endpoints.is_empty() {
             return Err(ConnectError::NoEndpoints);
         }
+        // The TLS options and credentials show no key and no password.
+        tracing::debug!(?options, "connecting to etcd");
         let stream_options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
             // HTTP/2 pings find dead connections; etcd drops clients that ping more often than
@@ -238,11 +417,21 @@ impl Connection {
             .with_keep_alive_while_idle(true)
             // A member cut off from the leader fails fast with "no leader" (definitely not
             // applied) instead of stalling, and cancels watches rather than starving them.
-            .with_require_leader(true);
+            .with_require_leader(true)
+            // With credentials: a token etcd no longer accepts is replaced and the request
+            // sent again (it was refused, so it was not applied).
+            .with_auto_token_refresh(options.credentials.is_some());
+        let stream_options = match &options.tls {
+            Some(tls) => stream_options.with_tls(tls.to_etcd()),
+            None => stream_options,
+        };
         let client_options = stream_options.clone().with_timeout(options.request_timeout);
         let mut members = Vec::with_capacity(options.endpoints.len());
         for endpoint in &options.endpoints {
-            // etcd-client dials lazily: this validates the URL and opens nothing yet.
+            // etcd-client dials lazily: this validates the URL and opens nothing yet. The
+            // credentials are not given here (etcd-client would authenticate at once, and a
+            // member that is down would fail the connect): each client authenticates before its
+            // first request instead.
             let invalid = |source| ConnectError::InvalidEndpoint {
                 endpoint: endpoint.clone(),
                 source,
@@ -255,7 +444,7 @@ impl Connection {
                 .map_err(invalid)?;
             members.push(Member {
                 endpoint: endpoint.clone(),
-                client: std::sync::Mutex::new(client),
+                client: std::sync::Mutex::new(Unary::new(client)),
                 streams,
             });
         }
@@ -264,6 +453,7 @@ impl Connection {
             preferred: Arc::new(AtomicUsize::new(0)),
             retry: options.retry,
             client_options,
+            credentials: options.credentials.map(Arc::new),
         };
         // Bounded by the retry deadline also when an endpoint accepts connections and then
         // says nothing (a blackhole), where each attempt would wait for the request timeout.
@@ -272,7 +462,13 @@ impl Connection {
         let answered = tokio::time::timeout(deadline, connection.status())
             .await
             .unwrap_or_else(|_| Err(EtcdError::timed_out("status", &endpoints, deadline)));
-        answered.map_err(|source| ConnectError::Unreachable { endpoints, source })?;
+        answered.map_err(|source| {
+            if source.is_auth_failed() || source.is_permission_denied() {
+                ConnectError::Refused { endpoints, source }
+            } else {
+                ConnectError::Unreachable { endpoints, source }
+            }
+        })?;
         Ok(connection)
     }
 
@@ -364,9 +560,33 @@ impl Connection {
     }
 
     /// The client for long-lived streams of the preferred endpoint, and that endpoint.
-    pub(crate) fn stream_client(&self) -> (Client, String) {
+    pub(crate) fn stream_client(&self) -> (StreamClient, String) {
         let member = &self.members[self.preferred.load(Ordering::Relaxed) % self.members.len()];
-        (member.streams.clone(), member.endpoint.clone())
+        let client = StreamClient {
+            client: member.streams.clone(),
+            credentials: self.credentials.clone(),
+        };
+        (client, member.endpoint.clone())
+    }
+
+    /// The unary client of `member`, authenticated first when there are credentials and it
+    /// has not yet (a failed authentication is this request's failure, and the next request
+    /// tries again).
+    async fn unary(&self, member: &Member) -> Result<Client, etcd_client::Error> {
+        let unary = member.unary();
+        if let Some(credentials) = &self.credentials {
+            unary
+                .authenticated
+                .get_or_try_init(|| async {
+                    unary
+                        .client
+                        .clone()
+                        .update_user(Some(credentials.pair()))
+                        .await
+                })
+                .await?;
+        }
+        Ok(unary.client)
     }
 
     /// Moves the preference to the next endpoint (after a stream failed or stalled on this
@@ -419,7 +639,8 @@ impl Connection {
     {
         let index = index % self.members.len();
         let member = &self.members[index];
-        match tokio::time::timeout(timeout, f(member.client())).await {
+        let attempt = async { f(self.unary(member).await?).await };
+        match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
                 Ok(value)
@@ -445,7 +666,7 @@ impl Connection {
                 *member
                     .client
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Unary::new(client);
                 tracing::debug!(
                     endpoint,
                     "no answer in time; the next request connects anew"
@@ -499,7 +720,8 @@ impl Connection {
         loop {
             let index = (first + attempt) % n;
             let member = &self.members[index];
-            match f(member.client(), member.endpoint.clone()).await {
+            let sent = async { f(self.unary(member).await?, member.endpoint.clone()).await };
+            match sent.await {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(value);

@@ -128,6 +128,27 @@ impl EtcdError {
     pub fn is_compacted(&self) -> bool {
         status_message(&self.source).is_some_and(|m| m.contains(ETCD_COMPACTED))
     }
+
+    /// Whether etcd refused the request because the user lacks the permission (etcd's
+    /// "permission denied": e.g. a key outside the prefixes its roles grant). Permanent.
+    pub fn is_permission_denied(&self) -> bool {
+        self.code == Some(tonic::Code::PermissionDenied)
+    }
+
+    /// Whether etcd refused the credentials: a wrong user name or password, a token it does
+    /// not accept (etcd-client has already tried a fresh one), or authentication that is not
+    /// enabled on the cluster. Permanent.
+    pub fn is_auth_failed(&self) -> bool {
+        is_auth_failure(&self.source)
+    }
+
+    /// Whether the failure is a TLS failure: a certificate the CA does not sign, an expired
+    /// certificate, a name that does not match, a client certificate etcd requires and was
+    /// not given or does not accept. A handshake that failed sent nothing (class
+    /// [`NotSent`](FailureClass::NotSent): another endpoint may accept the connection).
+    pub fn is_tls(&self) -> bool {
+        tls_error(&self.source).is_some()
+    }
 }
 
 /// The session is owned by someone else. Transient: it may be released later (see
@@ -487,6 +508,63 @@ const ETCD_TOO_MANY_REQUESTS: &str = "etcdserver: too many requests";
 const ETCD_NOT_CAPABLE: &str = "etcdserver: not capable";
 const ETCD_COMPACTED: &str = "required revision has been compacted";
 const ETCD_LEASE_NOT_FOUND: &str = "requested lease not found";
+// The authentication failures (status code, message): the credentials are refused.
+const ETCD_AUTH_FAILED: &str = "etcdserver: authentication failed, invalid user ID or password";
+const ETCD_AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
+const ETCD_USER_EMPTY: &str = "etcdserver: user name is empty";
+const ETCD_USER_NOT_FOUND: &str = "etcdserver: user name not found";
+// The auth store changed while the request was checked; it was not applied, and may pass when
+// sent again (etcd's own client retries it).
+const ETCD_AUTH_OLD_REVISION: &str = "etcdserver: revision of auth store is old";
+
+/// Whether `error` is etcd refusing the credentials (see [`EtcdError::is_auth_failed`]).
+fn is_auth_failure(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    let etcd_client::Error::GRpcStatus(status) = error else {
+        return false;
+    };
+    let message = status.message();
+    match status.code() {
+        // "etcdserver: invalid auth token"
+        Code::Unauthenticated => true,
+        Code::InvalidArgument | Code::FailedPrecondition => [
+            ETCD_AUTH_FAILED,
+            ETCD_AUTH_NOT_ENABLED,
+            ETCD_USER_EMPTY,
+            ETCD_USER_NOT_FOUND,
+        ]
+        .iter()
+        .any(|known| message.contains(known)),
+        _ => false,
+    }
+}
+
+/// The TLS error in `error`'s cause chain, if any. rustls reports through `io::Error`, whose
+/// `source()` skips the error it wraps, so each `io::Error` is looked into as well.
+fn tls_error(error: &etcd_client::Error) -> Option<&rustls::Error> {
+    use etcd_client::Error as E;
+    // etcd-client's error has no `source()`: start from what it wraps.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match error {
+        E::GRpcStatus(status) => Some(status),
+        E::TransportError(error) => Some(error),
+        E::IoError(error) => Some(error),
+        _ => None,
+    };
+    while let Some(error) = cause {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(tls) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls);
+        }
+        cause = error.source();
+    }
+    None
+}
 
 fn status_message(error: &etcd_client::Error) -> Option<&str> {
     match error {
@@ -499,6 +577,12 @@ fn status_message(error: &etcd_client::Error) -> Option<&str> {
 pub(crate) fn classify(error: &etcd_client::Error) -> (FailureClass, Option<tonic::Code>) {
     use etcd_client::Error as E;
     match error {
+        // A TLS handshake that failed while connecting: nothing was sent.
+        E::GRpcStatus(status)
+            if status.code() == tonic::Code::Unavailable && tls_error(error).is_some() =>
+        {
+            (FailureClass::NotSent, Some(status.code()))
+        }
         E::GRpcStatus(status) => (classify_status(status), Some(status.code())),
         // Building the channel failed: nothing was sent.
         E::TransportError(_) => (FailureClass::NotSent, None),
@@ -533,6 +617,9 @@ fn classify_status(status: &tonic::Status) -> FailureClass {
         Code::ResourceExhausted if message.contains(ETCD_TOO_MANY_REQUESTS) => {
             FailureClass::Rejected
         }
+        Code::InvalidArgument if message.contains(ETCD_AUTH_OLD_REVISION) => FailureClass::Rejected,
+        // Permission denied, credentials refused, invalid token (etcd-client already tried a
+        // fresh one): the same request fails the same way. Never retried.
         _ => FailureClass::Permanent,
     }
 }
@@ -616,6 +703,57 @@ mod tests {
         );
         assert!(AcquireError::Lost(crate::LossReason::Overtaken).is_transient());
         assert!(!AcquireError::StoreClosed.is_transient());
+    }
+
+    #[test]
+    fn refused_credentials_and_permissions_are_permanent_and_typed() {
+        use tonic::Status;
+        let error = |status| EtcdError::new("txn", "e", etcd_client::Error::GRpcStatus(status));
+        let denied = error(Status::permission_denied("etcdserver: permission denied"));
+        assert_eq!(denied.class(), FailureClass::Permanent);
+        assert!(denied.is_permission_denied() && !denied.is_auth_failed());
+        for refused in [
+            Status::invalid_argument(
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            Status::unauthenticated("etcdserver: invalid auth token"),
+            Status::failed_precondition("etcdserver: authentication is not enabled"),
+            Status::invalid_argument("etcdserver: user name is empty"),
+            Status::failed_precondition("etcdserver: user name not found"),
+        ] {
+            let refused = error(refused);
+            assert_eq!(refused.class(), FailureClass::Permanent, "{refused:?}");
+            assert!(refused.is_auth_failed(), "{refused:?}");
+            assert!(!refused.is_permission_denied() && !refused.is_tls());
+        }
+        // Not an authentication failure: a request etcd finds too large.
+        let large = error(Status::invalid_argument("etcdserver: request is too large"));
+        assert!(!large.is_auth_failed() && !large.is_permission_denied());
+        // The auth store moved under the request: not applied, may pass when sent again.
+        let old = error(Status::invalid_argument(
+            "etcdserver: revision of auth store is old",
+        ));
+        assert_eq!(old.class(), FailureClass::Rejected);
+        assert!(old.class().retry_write());
+    }
+
+    #[test]
+    fn a_tls_failure_while_connecting_is_not_sent_and_typed() {
+        let tls = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Expired),
+        );
+        let mut status = tonic::Status::unavailable("error trying to connect");
+        status.set_source(std::sync::Arc::new(tls));
+        let error = EtcdError::new("status", "e", etcd_client::Error::GRpcStatus(status));
+        assert!(error.is_tls());
+        assert_eq!(error.class(), FailureClass::NotSent);
+        let plain = EtcdError::new(
+            "status",
+            "e",
+            etcd_client::Error::GRpcStatus(tonic::Status::unavailable("x")),
+        );
+        assert!(!plain.is_tls());
     }
 
     #[test]

@@ -89,8 +89,8 @@ mod write;
 
 pub use admin::Admin;
 pub use connection::{
-    ConnectError, ConnectOptions, Connection, MemberStatus, NamespaceStatus, RetryPolicy,
-    etcd_metric,
+    ConnectError, ConnectOptions, Connection, Credentials, MemberStatus, NamespaceStatus,
+    RetryPolicy, TlsOptions, etcd_metric,
 };
 pub use error::{
     AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,

@@ -755,6 +755,13 @@ pub(crate) async fn run(common: &Common, args: &BenchArgs) -> Result<(), Failure
     if args.rounds == 0 {
         return Err(Failure::message("--rounds must be at least 1", 2));
     }
+    if common.is_secured() {
+        // The baselines are raw etcd-client calls on a plain connection.
+        return Err(Failure::message(
+            "bench measures a plain etcd: TLS and --user are not supported",
+            2,
+        ));
+    }
     let timeline = Timeline::on_stderr();
     let (endpoints, _etcd) = match &common.endpoints {
         Some(endpoints) => (endpoints.clone(), None),

@@ -127,7 +127,10 @@ pub(crate) async fn run(common: &Common) -> Result<(), Failure> {
     };
     // On a cluster of yours, the demo removes what it wrote, however it ended.
     if let Some(endpoints) = &common.endpoints {
-        let options = ConnectOptions::new(endpoints.clone()).with_retry(common.retry());
+        let options = match common.connect_options(endpoints.clone()) {
+            Ok(options) => options,
+            Err(failure) => return result.and(Err(failure)),
+        };
         let removed = match Connection::connect(options).await {
             Ok(connection) => connection.delete_prefix(&namespace.prefix()).await,
             Err(error) => Err(match error {
@@ -156,6 +159,12 @@ async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Re
     let say = |who: &str, what: std::fmt::Arguments<'_>| timeline.say(who, what);
     let (endpoints, _etcd) = match &common.endpoints {
         Some(endpoints) => (endpoints.clone(), None),
+        None if common.is_secured() => {
+            return Err(Failure::message(
+                "the demo's own etcd is plain: TLS and --user need --endpoints",
+                2,
+            ));
+        }
         None => {
             let etcd = start_etcd(timeline).await?;
             (vec![etcd.endpoint.clone()], Some(etcd))

@@ -6,12 +6,13 @@ pub(crate) mod demo;
 pub(crate) mod node;
 pub(crate) mod serve;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use leasehold::{
-    ConnectError, ConnectOptions, Connection, FailureClass, Namespace, RetryPolicy, Store,
-    StoreError, StoreOptions,
+    ConnectError, ConnectOptions, Connection, Credentials, FailureClass, Namespace, RetryPolicy,
+    Store, StoreError, StoreOptions, TlsOptions,
 };
 
 /// What `--help` says after the commands.
@@ -19,8 +20,15 @@ const AFTER_HELP: &str = "\
 Exit codes:
   0  success
   1  failure, or a journal that breaks its invariants (check)
-  2  bad input: flags, values, a session id that is not a UUID
-  3  etcd unreachable or unavailable
+  2  bad input: flags, values, a session id that is not a UUID, a certificate, key or
+     password file that cannot be read, credentials etcd refuses
+  3  etcd unreachable or unavailable, also a TLS handshake etcd or leasehold refuses
+     (a wrong CA, an expired or missing client certificate)
+
+Secured etcd: --cacert, --cert, --key (TLS), --user with --password-file or
+LEASEHOLD_PASSWORD (authentication); each flag also as LEASEHOLD_CACERT, LEASEHOLD_CERT,
+LEASEHOLD_KEY, LEASEHOLD_USER, LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a
+namespace outside its roles) fails with exit code 1.
 
 --json output: one documented schema per command (owners, journal show, journal trim,
 journal delete, revoke, check); see the crate documentation of the leasehold tool.";
@@ -75,6 +83,42 @@ pub(crate) struct Common {
         global = true
     )]
     log_format: LogFormat,
+    /// TLS: the CA certificate(s) (PEM file) that sign the etcd members' certificates; the
+    /// endpoints are then https:// [default endpoint: https://127.0.0.1:2379].
+    #[arg(long, env = "LEASEHOLD_CACERT", value_name = "PATH", global = true)]
+    cacert: Option<PathBuf>,
+    /// TLS: a client certificate (PEM file) for members that require one; with --key.
+    #[arg(
+        long,
+        env = "LEASEHOLD_CERT",
+        value_name = "PATH",
+        requires = "key",
+        requires = "cacert",
+        global = true
+    )]
+    cert: Option<PathBuf>,
+    /// TLS: the client certificate's private key (PEM file).
+    #[arg(
+        long,
+        env = "LEASEHOLD_KEY",
+        value_name = "PATH",
+        requires = "cert",
+        global = true
+    )]
+    key: Option<PathBuf>,
+    /// The etcd user to authenticate as. The password is read from --password-file or the
+    /// environment variable LEASEHOLD_PASSWORD, never from a flag.
+    #[arg(long, env = "LEASEHOLD_USER", value_name = "NAME", global = true)]
+    user: Option<String>,
+    /// A file holding the user's password (its first line).
+    #[arg(
+        long,
+        env = "LEASEHOLD_PASSWORD_FILE",
+        value_name = "PATH",
+        requires = "user",
+        global = true
+    )]
+    password_file: Option<PathBuf>,
 }
 
 /// How log lines are written.
@@ -91,6 +135,9 @@ impl Cli {
         self.common.log_format
     }
 }
+
+/// The environment variable a password may come from (there is no flag for it).
+const PASSWORD_ENV: &str = "LEASEHOLD_PASSWORD";
 
 #[derive(Subcommand)]
 enum Command {
@@ -150,7 +197,8 @@ impl Failure {
         }
     }
 
-    /// Connecting failed: exit code 3 when no endpoint answered, 2 for bad endpoints.
+    /// Connecting failed: exit code 3 when no endpoint answered (TLS refusals included), 2
+    /// for bad endpoints and refused credentials.
     pub(crate) fn connect(error: ConnectError) -> Self {
         match error {
             ConnectError::Unreachable { .. } => Self {
@@ -176,9 +224,81 @@ impl Failure {
 
 impl Common {
     fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.cacert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         self.endpoints
             .clone()
-            .unwrap_or_else(|| vec!["http://127.0.0.1:2379".to_owned()])
+            .unwrap_or_else(|| vec![format!("{scheme}://127.0.0.1:2379")])
+    }
+
+    /// Whether TLS or authentication was asked for.
+    pub(crate) fn is_secured(&self) -> bool {
+        self.cacert.is_some() || self.user.is_some()
+    }
+
+    /// The TLS options and credentials from the flags; a file that cannot be read, or a user
+    /// without a password, is bad input (exit code 2).
+    pub(crate) fn security(&self) -> Result<(Option<TlsOptions>, Option<Credentials>), Failure> {
+        fn read(flag: &str, path: &Path) -> Result<Vec<u8>, Failure> {
+            std::fs::read(path).map_err(|error| {
+                Failure::message(format!("cannot read {flag} {}: {error}", path.display()), 2)
+            })
+        }
+        let tls = match &self.cacert {
+            Some(ca) => {
+                let tls = TlsOptions::new(read("--cacert", ca)?);
+                Some(match (&self.cert, &self.key) {
+                    (Some(cert), Some(key)) => {
+                        tls.with_client_identity(read("--cert", cert)?, read("--key", key)?)
+                    }
+                    _ => tls,
+                })
+            }
+            None => None,
+        };
+        let password = match &self.password_file {
+            Some(path) => {
+                let text = String::from_utf8(read("--password-file", path)?).map_err(|_| {
+                    Failure::message(
+                        format!("--password-file {} is not UTF-8", path.display()),
+                        2,
+                    )
+                })?;
+                Some(text.lines().next().unwrap_or_default().to_owned())
+            }
+            None => std::env::var(PASSWORD_ENV).ok(),
+        };
+        let credentials = match (&self.user, password) {
+            (Some(user), Some(password)) => Some(Credentials::new(user, password)),
+            (Some(user), None) => {
+                return Err(Failure::message(
+                    format!(
+                        "--user {user} needs a password: --password-file PATH or {PASSWORD_ENV}"
+                    ),
+                    2,
+                ));
+            }
+            (None, _) => None,
+        };
+        Ok((tls, credentials))
+    }
+
+    /// Connection options for `endpoints` from the flags (retry deadline, TLS, credentials).
+    pub(crate) fn connect_options(
+        &self,
+        endpoints: Vec<String>,
+    ) -> Result<ConnectOptions, Failure> {
+        let (tls, credentials) = self.security()?;
+        let mut options = ConnectOptions::new(endpoints).with_retry(self.retry());
+        options.connect_timeout = options
+            .connect_timeout
+            .min(Duration::from_secs(self.connect_timeout.max(1)));
+        options.tls = tls;
+        options.credentials = credentials;
+        Ok(options)
     }
 
     fn retry(&self) -> RetryPolicy {
@@ -211,6 +331,7 @@ impl Common {
             .with_node(node)
             .with_ttl(Duration::from_secs(self.ttl), margin);
         options.retry = self.retry();
+        (options.tls, options.credentials) = self.security()?;
         Ok(options)
     }
 
@@ -224,10 +345,7 @@ impl Common {
 
     /// A connection to the cluster (no node lease); an unreachable cluster exits with code 3.
     pub(crate) async fn connection(&self) -> Result<Connection, Failure> {
-        let mut options = ConnectOptions::new(self.endpoints()).with_retry(self.retry());
-        options.connect_timeout = options
-            .connect_timeout
-            .min(Duration::from_secs(self.connect_timeout.max(1)));
+        let options = self.connect_options(self.endpoints())?;
         Connection::connect(options).await.map_err(Failure::connect)
     }
 }

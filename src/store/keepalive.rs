@@ -130,10 +130,11 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
     loop {
         // --- (re)open the stream; the opening request is itself a renewal.
         validity.stream_reset();
-        let (mut client, endpoint) = shared.connection.stream_client();
+        let (client, endpoint) = shared.connection.stream_client();
         let sent = Instant::now();
+        let open = async { client.ready().await?.lease_keep_alive(node.id).await };
         let opened = tokio::select! {
-            opened = timeout(every, client.lease_keep_alive(node.id)) => opened,
+            opened = timeout(every, open) => opened,
             _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
         };

@@ -62,7 +62,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::connection::{ConnectOptions, Connection, RetryPolicy};
+use crate::connection::{ConnectOptions, Connection, Credentials, RetryPolicy, TlsOptions};
 use crate::error::{
     AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, RetentionError,
     StoreError,
@@ -113,6 +113,10 @@ pub struct StoreOptions {
     pub journal: JournalLimits,
     /// How replays page through journals.
     pub replay: ReplayOptions,
+    /// TLS for `https://` endpoints; see [`TlsOptions`].
+    pub tls: Option<TlsOptions>,
+    /// etcd's authentication: a user and password; see [`Credentials`].
+    pub credentials: Option<Credentials>,
 }
 
 impl StoreOptions {
@@ -130,7 +134,22 @@ impl StoreOptions {
             retry: RetryPolicy::default(),
             journal: JournalLimits::default(),
             replay: ReplayOptions::default(),
+            tls: None,
+            credentials: None,
         }
+    }
+
+    /// Connects over TLS (`https://` endpoints) with `tls`.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates as `user` with `password` (etcd's token authentication; an expired
+    /// token is replaced by a fresh one, so it never costs a lease).
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials::new(user, password));
+        self
     }
 
     /// Sets the namespace.
@@ -276,6 +295,8 @@ impl Store {
         options.validate()?;
         let mut connect = ConnectOptions::new(options.endpoints.clone()).with_retry(options.retry);
         connect.request_timeout = options.request_timeout;
+        connect.tls = options.tls;
+        connect.credentials = options.credentials;
         let connection = Connection::connect(connect)
             .await
             .map_err(StoreError::Connect)?;

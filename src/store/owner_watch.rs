@@ -76,9 +76,16 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
         .with_prefix()
         .with_start_revision(snapshot.revision + 1)
         .with_progress_notify();
-    let (mut client, endpoint) = shared.connection.stream_client();
+    let (client, endpoint) = shared.connection.stream_client();
+    let open = async {
+        client
+            .ready()
+            .await?
+            .watch(prefix.as_str(), Some(options))
+            .await
+    };
     let mut stream = tokio::select! {
-        opened = tokio::time::timeout(Duration::from_secs(5), client.watch(prefix.as_str(), Some(options))) => {
+        opened = tokio::time::timeout(Duration::from_secs(5), open) => {
             match opened {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => return Err(format!("opening the watch on {endpoint} failed: {error}")),

@@ -292,7 +292,11 @@ impl EtcdCluster {
 
     /// Waits until member `i` serves linearizable reads (it has a leader and caught up).
     pub async fn wait_ready(&self, i: usize) -> Result<(), HarnessError> {
-        wait_serving(&self.members[i].endpoint, START_TIMEOUT).await
+        wait_serving(
+            crate::ConnectOptions::new([self.members[i].endpoint.as_str()]),
+            START_TIMEOUT,
+        )
+        .await
     }
 
     /// The index of the leader that a majority of members agree on; waits up to 30 s for one.

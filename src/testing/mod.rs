@@ -3,7 +3,10 @@
 //!
 //! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint, and a connected
 //!   [`Store`](crate::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
-//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`).
+//!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`), TLS
+//!   ([`EtcdNodeBuilder::tls`] with [`TestCertificates`], generated with rcgen: `https://`
+//!   only, client certificates required) and authentication ([`EtcdNodeBuilder::auth`]: a root
+//!   user, then [`EtcdNode::add_prefix_user`] for users limited to a prefix).
 //! - [`EtcdCluster`]: three members by default, on a Docker network of their own, with fault
 //!   controls: kill and restart a member, pause and unpause it, partition it from its peers and
 //!   heal it, find the leader, move leadership. [`ClusterOptions`] takes extra etcd flags too.
@@ -64,6 +67,7 @@ mod checker;
 mod cluster;
 mod image;
 mod node;
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -72,7 +76,8 @@ pub use crate::fault::{FaultProxy, ProxyMode};
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageAttempt, ImageBuild, ImageChoice, ImageSource, etcd_binary};
-pub use node::{EtcdNode, EtcdNodeBuilder};
+pub use node::{EtcdNode, EtcdNodeBuilder, ROOT_USER};
+pub use tls::TestCertificates;
 
 use crate::keys::Namespace;
 
@@ -242,9 +247,14 @@ pub(crate) fn free_port() -> Result<u16, HarnessError> {
         .map_err(|e| HarnessError::io("find a free port", e))
 }
 
-/// Waits until the member at `endpoint` serves a linearizable read.
-pub(crate) async fn wait_serving(endpoint: &str, timeout: Duration) -> Result<(), HarnessError> {
-    let options = crate::ConnectOptions::new([endpoint]).with_retry(crate::RetryPolicy {
+/// Waits until the member that `options` connect to serves a linearizable read (with their
+/// TLS options and credentials, if any).
+pub(crate) async fn wait_serving(
+    options: crate::ConnectOptions,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let endpoint = options.endpoints.join(",");
+    let options = options.with_retry(crate::RetryPolicy {
         deadline: Duration::from_millis(500),
         ..crate::RetryPolicy::default()
     });

@@ -7,9 +7,14 @@ use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::image::ETCD_PATH;
-use super::{EtcdImage, HarnessError, ImageSource, LABEL, docker, wait_serving};
+use super::{EtcdImage, HarnessError, ImageSource, LABEL, TestCertificates, docker, wait_serving};
 use crate::keys::Namespace;
-use crate::{Store, StoreOptions};
+use crate::{ConnectOptions, Credentials, Store, StoreOptions, TlsOptions};
+
+/// The user the harness enables authentication with ([`EtcdNodeBuilder::auth`]).
+pub const ROOT_USER: &str = "root";
+/// Where a TLS member's certificates are copied inside its container.
+const TLS_DIR: &str = "/etc/leasehold-tls";
 
 /// etcd's client port inside the container.
 pub(crate) const CLIENT_PORT: u16 = 2379;
@@ -27,6 +32,8 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct EtcdNode {
     container: ContainerAsync<GenericImage>,
     endpoint: String,
+    tls: Option<TlsOptions>,
+    root: Option<Credentials>,
     image: EtcdImage,
     source: ImageSource,
 }
@@ -61,6 +68,8 @@ impl std::fmt::Debug for EtcdNode {
 pub struct EtcdNodeBuilder {
     image: Option<EtcdImage>,
     args: Vec<String>,
+    tls: Option<TestCertificates>,
+    root_password: Option<String>,
 }
 
 impl EtcdNodeBuilder {
@@ -87,6 +96,24 @@ impl EtcdNodeBuilder {
         self
     }
 
+    /// Serves clients over TLS only (`https://`), with the members' certificate of
+    /// `certificates`, and requires client certificates signed by its CA
+    /// (`--client-cert-auth`). [`EtcdNode::tls`] then gives options that trust the CA and
+    /// present its client certificate.
+    pub fn tls(mut self, certificates: TestCertificates) -> Self {
+        self.tls = Some(certificates);
+        self
+    }
+
+    /// Enables etcd's authentication once the member serves: user [`ROOT_USER`] with
+    /// `root_password` and the root role, then `auth enable`. Add users with
+    /// [`EtcdNode::add_prefix_user`]; the token's kind and TTL are etcd flags
+    /// (`.args(["--auth-token=simple", "--auth-token-ttl=2"])`).
+    pub fn auth(mut self, root_password: impl Into<String>) -> Self {
+        self.root_password = Some(root_password.into());
+        self
+    }
+
     /// Resolves the image (see [`EtcdImage`]), starts etcd and waits until it serves.
     pub async fn start(self) -> Result<EtcdNode, HarnessError> {
         let docker = docker().await?;
@@ -104,14 +131,37 @@ impl EtcdNodeBuilder {
             "leasehold-node",
             &format!("http://127.0.0.1:{PEER_PORT}"),
         );
+        if self.tls.is_some() {
+            // Later flags win: clients are served over TLS only.
+            args.extend([
+                format!("--listen-client-urls=https://0.0.0.0:{CLIENT_PORT}"),
+                format!("--advertise-client-urls=https://127.0.0.1:{CLIENT_PORT}"),
+                format!("--cert-file={TLS_DIR}/server.pem"),
+                format!("--key-file={TLS_DIR}/server-key.pem"),
+                format!("--trusted-ca-file={TLS_DIR}/ca.pem"),
+                "--client-cert-auth".to_owned(),
+            ]);
+        }
         args.extend(self.args);
         let starting = || format!("start etcd ({})", image.reference());
-        let container = GenericImage::new(image.name(), image.tag())
+        let mut request = GenericImage::new(image.name(), image.tag())
             .with_exposed_port(CLIENT_PORT.tcp())
             .with_entrypoint(ETCD_PATH)
             .with_label(LABEL, "node")
             .with_startup_timeout(START_TIMEOUT)
-            .with_cmd(args)
+            .with_cmd(args);
+        if let Some(certificates) = &self.tls {
+            let (cert, key) = certificates.server_pem();
+            for (file, pem) in [
+                ("ca.pem", certificates.ca_pem()),
+                ("server.pem", cert),
+                ("server-key.pem", key),
+            ] {
+                request =
+                    request.with_copy_to(format!("{TLS_DIR}/{file}"), pem.as_bytes().to_vec());
+            }
+        }
+        let container = request
             .start()
             .await
             .map_err(|e| HarnessError::container(starting(), e))?;
@@ -123,16 +173,73 @@ impl EtcdNodeBuilder {
             .get_host_port_ipv4(CLIENT_PORT.tcp())
             .await
             .map_err(|e| HarnessError::container(starting(), e))?;
-        let endpoint = format!("http://{host}:{port}");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = format!("{scheme}://{host}:{port}");
+        let tls = self.tls.as_ref().map(TestCertificates::client_tls);
         // Readiness is a served read, not a log line: log formats differ between releases.
-        wait_serving(&endpoint, START_TIMEOUT).await?;
+        let probe = ConnectOptions::new([endpoint.as_str()]);
+        let probe = match &tls {
+            Some(tls) => probe.with_tls(tls.clone()),
+            None => probe,
+        };
+        wait_serving(probe, START_TIMEOUT).await?;
+        let root = match self.root_password {
+            Some(password) => {
+                enable_auth(&endpoint, tls.as_ref(), &password).await?;
+                Some(Credentials::new(ROOT_USER, password))
+            }
+            None => None,
+        };
         Ok(EtcdNode {
             container,
             endpoint,
+            tls,
+            root,
             image,
             source: choice.source,
         })
     }
+}
+
+/// A raw etcd-client client for `endpoint`, with `tls` and as `user`.
+async fn raw_client(
+    endpoint: &str,
+    tls: Option<&TlsOptions>,
+    user: Option<&Credentials>,
+) -> Result<etcd_client::Client, etcd_client::Error> {
+    let mut options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10))
+        .with_auto_token_refresh(true);
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.to_etcd());
+    }
+    if let Some(user) = user {
+        let (name, password) = user.pair();
+        options = options.with_user(name, password);
+    }
+    etcd_client::Client::connect([endpoint], Some(options)).await
+}
+
+/// Adds the root user and role and enables authentication.
+async fn enable_auth(
+    endpoint: &str,
+    tls: Option<&TlsOptions>,
+    password: &str,
+) -> Result<(), HarnessError> {
+    let failed = |e| HarnessError::container(format!("enable authentication on {endpoint}"), e);
+    let mut client = raw_client(endpoint, tls, None).await.map_err(failed)?;
+    client.role_add(ROOT_USER).await.map_err(failed)?;
+    client
+        .user_add(ROOT_USER, password, None)
+        .await
+        .map_err(failed)?;
+    client
+        .user_grant_role(ROOT_USER, ROOT_USER)
+        .await
+        .map_err(failed)?;
+    client.auth_enable().await.map_err(failed)?;
+    Ok(())
 }
 
 impl EtcdNode {
@@ -176,10 +283,68 @@ impl EtcdNode {
     /// and the default node lease (TTL 10 s, margin 1 s). Change what a test needs, e.g.
     /// `.with_ttl(Duration::from_secs(3), Duration::from_millis(500))`, then
     /// [`Store::connect`].
+    ///
+    /// On a TLS member the options trust its CA and present the client certificate; on a
+    /// member with authentication they authenticate as [`ROOT_USER`].
     pub fn store_options(&self, namespace: &Namespace, node: &str) -> StoreOptions {
-        StoreOptions::new([self.endpoint.clone()])
+        let mut options = StoreOptions::new([self.endpoint.clone()])
             .with_namespace(namespace.clone())
-            .with_node(node)
+            .with_node(node);
+        options.tls = self.tls.clone();
+        options.credentials = self.root.clone();
+        options
+    }
+
+    /// Connection options for this member: its endpoint, its TLS options and the root user,
+    /// as [`store_options`](Self::store_options).
+    pub fn connect_options(&self) -> ConnectOptions {
+        let mut options = ConnectOptions::new([self.endpoint.clone()]);
+        options.tls = self.tls.clone();
+        options.credentials = self.root.clone();
+        options
+    }
+
+    /// TLS options that trust this member's CA and present the test client certificate;
+    /// `None` for a plain member.
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_ref()
+    }
+
+    /// The root user's credentials, on a member with authentication.
+    pub fn root_credentials(&self) -> Option<&Credentials> {
+        self.root.as_ref()
+    }
+
+    /// A raw etcd-client client for this member, with its TLS options and as the root user
+    /// (tests use it to look at and change keys from outside).
+    pub async fn raw_client(&self) -> Result<etcd_client::Client, HarnessError> {
+        raw_client(&self.endpoint, self.tls.as_ref(), self.root.as_ref())
+            .await
+            .map_err(|e| HarnessError::container(format!("connect to {}", self.endpoint), e))
+    }
+
+    /// Adds `user` with `password` and a role of the same name that may read and write the
+    /// keys under `prefix` and nothing else (on a member with authentication).
+    pub async fn add_prefix_user(
+        &self,
+        user: &str,
+        password: &str,
+        prefix: &str,
+    ) -> Result<(), HarnessError> {
+        let failed = |e| HarnessError::container(format!("add user {user}"), e);
+        let mut client = self.raw_client().await?;
+        client.role_add(user).await.map_err(failed)?;
+        let permission = etcd_client::Permission::read_write(prefix).with_prefix();
+        client
+            .role_grant_permission(user, permission)
+            .await
+            .map_err(failed)?;
+        client
+            .user_add(user, password, None)
+            .await
+            .map_err(failed)?;
+        client.user_grant_role(user, user).await.map_err(failed)?;
+        Ok(())
     }
 
     /// A [`Store`] connected to this member in `namespace`, as node `node`, with the options

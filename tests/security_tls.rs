@@ -1,0 +1,184 @@
+//! TLS: with the right CA and a client certificate, leasehold works end to end over
+//! `https://`; a wrong CA, an expired client certificate and a missing one are refused with
+//! typed errors, by the library and by the `leasehold` command (exit code 3).
+
+use std::process::Command;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use leasehold::testing::{EtcdNode, TestCertificates, random_namespace};
+use leasehold::{ConnectError, LossReason, RetryPolicy, Store, StoreError, TlsOptions, Uuid};
+use tokio::time::timeout;
+
+async fn tls_etcd() -> (EtcdNode, TestCertificates) {
+    let certificates = TestCertificates::generate().expect("certificates");
+    let etcd = EtcdNode::builder()
+        .tls(certificates.clone())
+        .start()
+        .await
+        .expect("a TLS etcd starts");
+    assert!(
+        etcd.endpoint().starts_with("https://"),
+        "{}",
+        etcd.endpoint()
+    );
+    (etcd, certificates)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_right_ca_everything_works_over_tls() {
+    let (etcd, _) = tls_etcd().await;
+    let ns = random_namespace();
+    // TTL 3 s: renewals every second, over the keepalive stream (TLS too).
+    let options = etcd
+        .store_options(&ns, "a")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
+    let store = Store::connect(options).await.expect("connects over TLS");
+
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.expect("acquires");
+    let journal = store
+        .open_journal(session, Some(&lease))
+        .await
+        .expect("opens");
+    for i in 0..5 {
+        journal.append(format!("event {i}")).await.expect("appends");
+    }
+    let events: Vec<_> = store
+        .replay(session)
+        .map(|event| String::from_utf8(event.expect("replays").payload).unwrap())
+        .collect()
+        .await;
+    assert_eq!(
+        events,
+        (0..5).map(|i| format!("event {i}")).collect::<Vec<_>>()
+    );
+
+    // Past the node lease's TTL: the keepalive stream renews it.
+    let more: Vec<_> = [
+        store.acquire_lease(Uuid::new_v4()).await.unwrap(),
+        store.acquire_lease(Uuid::new_v4()).await.unwrap(),
+    ]
+    .into();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(lease.is_valid(), "renewed over TLS");
+
+    // The owner watch runs over TLS too: each delete from outside is a loss at once. (A watch
+    // that cannot open is restarted every 2 s at most and its snapshot finds the delete: three
+    // deletes each seen within 400 ms tell the two apart.)
+    let mut raw = etcd.raw_client().await.expect("raw client over TLS");
+    for lease in std::iter::once(&lease).chain(&more) {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        raw.delete(lease.owner_key(), None).await.unwrap();
+        let reason = timeout(Duration::from_millis(400), lease.lost())
+            .await
+            .expect("the watch tells at once");
+        assert_eq!(reason, LossReason::Revoked);
+    }
+    store.close().await;
+}
+
+/// Options that give up quickly: a refused handshake is retried until the deadline.
+fn quick(tls: TlsOptions, etcd: &EtcdNode) -> leasehold::StoreOptions {
+    let mut options = etcd.store_options(&random_namespace(), "a").with_tls(tls);
+    options.retry = RetryPolicy::default().with_deadline(Duration::from_secs(2));
+    options
+}
+
+/// A refused handshake: `ConnectError::Unreachable` (exit code 3 from the command). When the
+/// client refuses the member's certificate, the error says it is TLS (`is_tls`); when the
+/// member refuses the client's, TLS 1.3 tells the client only after its handshake completed,
+/// as a connection the member closed, and `is_tls` cannot say more.
+fn refused_by_tls(result: Result<Store, StoreError>, what: &str, client_side: bool) {
+    match result {
+        Err(StoreError::Connect(ConnectError::Unreachable { source, .. })) => {
+            println!("{what}: {source:?}");
+            assert_eq!(source.is_tls(), client_side, "{what}: {source:?}");
+            assert!(!source.is_auth_failed() && !source.is_permission_denied());
+            if client_side {
+                assert_eq!(source.class(), leasehold::FailureClass::NotSent);
+            }
+        }
+        Err(other) => panic!("{what}: another error: {other:?}"),
+        Ok(_) => panic!("{what}: connected"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_ca_an_expired_and_a_missing_client_certificate_are_refused() {
+    let (etcd, certificates) = tls_etcd().await;
+    let (cert, key) = certificates.client_pem();
+
+    // A CA that did not sign the member's certificate.
+    let other = TestCertificates::generate().unwrap();
+    let wrong_ca = TlsOptions::new(other.ca_pem()).with_client_identity(cert, key);
+    refused_by_tls(
+        Store::connect(quick(wrong_ca, &etcd)).await,
+        "a wrong CA",
+        true,
+    );
+
+    // A client certificate that expired.
+    let (expired, expired_key) = certificates.expired_client_certificate().unwrap();
+    let expired = TlsOptions::new(certificates.ca_pem()).with_client_identity(expired, expired_key);
+    refused_by_tls(
+        Store::connect(quick(expired, &etcd)).await,
+        "an expired client certificate",
+        false,
+    );
+
+    // No client certificate, where the member requires one.
+    let missing = TlsOptions::new(certificates.ca_pem());
+    refused_by_tls(
+        Store::connect(quick(missing, &etcd)).await,
+        "a missing client certificate",
+        false,
+    );
+
+    // The command says the same with exit code 3, for `status` and `owners`.
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let ca = write("ca.pem", certificates.ca_pem());
+    let wrong_ca = write("wrong-ca.pem", other.ca_pem());
+    let cert = write("client.pem", cert);
+    let key = write("client-key.pem", key);
+    let (expired, expired_key) = certificates.expired_client_certificate().unwrap();
+    let expired = write("expired.pem", &expired);
+    let expired_key = write("expired-key.pem", &expired_key);
+    let leasehold = |command: &str, flags: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg(command)
+            .args(["--endpoints", etcd.endpoint(), "--connect-timeout", "2"])
+            .args(flags)
+            .env_remove("LEASEHOLD_ENDPOINTS")
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code().unwrap_or(-1), stderr)
+    };
+    for command in ["status", "owners"] {
+        let (code, stderr) = leasehold(command, &["--cacert", &ca, "--cert", &cert, "--key", &key]);
+        assert_eq!(code, 0, "{command} with the right CA: {stderr}");
+        for (what, flags) in [
+            (
+                "a wrong CA",
+                vec!["--cacert", &wrong_ca, "--cert", &cert, "--key", &key],
+            ),
+            (
+                "an expired client certificate",
+                vec!["--cacert", &ca, "--cert", &expired, "--key", &expired_key],
+            ),
+            ("a missing client certificate", vec!["--cacert", &ca]),
+        ] {
+            let (code, stderr) = leasehold(command, &flags);
+            assert_eq!(code, 3, "{command} with {what}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains("no etcd endpoint answered"), "{stderr}");
+            println!("{command} with {what}: {stderr}");
+        }
+    }
+}
