@@ -39,8 +39,6 @@ use crate::lease::Epoch;
 use crate::store::OwnerValue;
 use crate::write::{self, WritePolicy, Written};
 
-/// Keys per page when listing: one page stays far below etcd-client's 4 MiB reply limit.
-const PAGE: i64 = 1000;
 /// Concurrent reads when gathering tips and lease TTLs.
 const CONCURRENT_READS: usize = 16;
 
@@ -154,49 +152,6 @@ impl Admin {
         Authority::admin(self.connection.retry_policy().deadline)
     }
 
-    /// Every key-value under `prefix` at one revision (the first page's, linearizable), page
-    /// by page; `from` narrows the start. Returns the revision too.
-    async fn range(
-        &self,
-        prefix: &str,
-        keys_only: bool,
-    ) -> Result<(Vec<etcd_client::KeyValue>, i64), EtcdError> {
-        let range_end = prefix_end(prefix);
-        let mut from = prefix.as_bytes().to_vec();
-        let mut revision = 0;
-        let mut all = Vec::new();
-        loop {
-            let response = self
-                .connection
-                .read("list", |mut client, _| {
-                    let mut options = GetOptions::new()
-                        .with_range(range_end.clone())
-                        .with_limit(PAGE);
-                    if keys_only {
-                        options = options.with_keys_only();
-                    }
-                    if revision > 0 {
-                        options = options.with_revision(revision);
-                    }
-                    let from = from.clone();
-                    async move { client.get(from, Some(options)).await }
-                })
-                .await?;
-            if revision == 0 {
-                revision = response.header().map_or(0, |h| h.revision());
-            }
-            let kvs = response.kvs();
-            if let Some(last) = kvs.last() {
-                from = last.key().to_vec();
-                from.push(0);
-            }
-            all.extend_from_slice(kvs);
-            if !response.more() || kvs.is_empty() {
-                return Ok((all, revision));
-            }
-        }
-    }
-
     fn owner_of(&self, kv: &etcd_client::KeyValue) -> Option<Owner> {
         let session = std::str::from_utf8(kv.key())
             .ok()?
@@ -223,7 +178,10 @@ impl Admin {
     /// TTL left and each journal's tip at that revision. Keys under the owners prefix that are
     /// not a session's are skipped.
     pub async fn owners(&self) -> Result<Vec<Owner>, EtcdError> {
-        let (kvs, revision) = self.range(&self.namespace.owners_prefix(), false).await?;
+        let (kvs, revision) = self
+            .connection
+            .range_at_one_revision("list owners", &self.namespace.owners_prefix())
+            .await?;
         let mut owners: Vec<Owner> = kvs.iter().filter_map(|kv| self.owner_of(kv)).collect();
         owners.sort_by_key(|owner| owner.session);
         let tips: Vec<Option<Tip>> = futures_util::stream::iter(

@@ -4,14 +4,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
+use etcd_client::{EventType, KeyValue, WatchOptions};
 use tokio::time::sleep;
 use uuid::Uuid;
 
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
-use crate::keys::prefix_end;
 
 /// The owner keys at one revision.
 struct Snapshot {
@@ -128,48 +127,18 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
     }
 }
 
-/// Owner keys per page of the snapshot read: one page stays far below etcd-client's 4 MiB
-/// reply limit whatever the namespace holds.
-const SNAPSHOT_PAGE: i64 = 1000;
-
 /// Reads every owner key at one revision (the first page's, linearizable), page by page.
 async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
-    let prefix = shared.namespace.owners_prefix();
-    let range_end = prefix_end(&prefix);
-    let mut from = prefix.into_bytes();
-    let mut revision = 0;
-    let mut owners = HashMap::new();
-    loop {
-        let response = shared
-            .connection
-            .read("owners snapshot", |mut client, _| {
-                let mut options = GetOptions::new()
-                    .with_range(range_end.clone())
-                    .with_limit(SNAPSHOT_PAGE);
-                if revision > 0 {
-                    options = options.with_revision(revision);
-                }
-                let from = from.clone();
-                async move { client.get(from, Some(options)).await }
-            })
-            .await
-            .map_err(|error| format!("reading the owner keys failed: {error}"))?;
-        if revision == 0 {
-            revision = response.header().map_or(0, |h| h.revision());
-        }
-        for kv in response.kvs() {
-            if let Some(session) = session_of(shared, kv) {
-                owners.insert(session, put_event(shared, kv));
-            }
-        }
-        match response.kvs().last() {
-            Some(last) if response.more() => {
-                from = last.key().to_vec();
-                from.push(0);
-            }
-            _ => return Ok(Snapshot { revision, owners }),
-        }
-    }
+    let (kvs, revision) = shared
+        .connection
+        .range_at_one_revision("owners snapshot", &shared.namespace.owners_prefix())
+        .await
+        .map_err(|error| format!("reading the owner keys failed: {error}"))?;
+    let owners = kvs
+        .iter()
+        .filter_map(|kv| Some((session_of(shared, kv)?, put_event(shared, kv))))
+        .collect();
+    Ok(Snapshot { revision, owners })
 }
 
 /// Applies a snapshot to every session the store cares about, as if each had one event at the
