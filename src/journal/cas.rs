@@ -75,6 +75,31 @@ impl AppendTxn {
         tip_value: Vec<u8>,
         expected_tip_mod_revision: i64,
     ) -> Self {
+        Self::build_guarded(
+            namespace,
+            ownership,
+            Some(ownership.guard()),
+            first_seq,
+            nonce,
+            values,
+            tip_value,
+            expected_tip_mod_revision,
+        )
+    }
+
+    /// [`build`](Self::build) with `guard` as the owner compare (a test-only mutant may
+    /// change or drop it; see [`Mutant`](super::mutant::Mutant)).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build_guarded(
+        namespace: &Namespace,
+        ownership: &Ownership,
+        guard: Option<Compare>,
+        first_seq: u64,
+        nonce: Uuid,
+        values: Vec<Vec<u8>>,
+        tip_value: Vec<u8>,
+        expected_tip_mod_revision: i64,
+    ) -> Self {
         let session = ownership.session_id();
         let tip_key = namespace.tip_key(session);
         let first_key = namespace.record_key(session, first_seq);
@@ -92,16 +117,24 @@ impl AppendTxn {
             .map(|(value, seq)| TxnOp::put(namespace.record_key(session, seq), value, None))
             .collect();
         puts.push(TxnOp::put(tip_key.as_str(), tip_value, None));
+        let compares: Vec<Compare> = [
+            Some(Compare::mod_revision(
+                tip_key.as_str(),
+                CompareOp::Equal,
+                expected_tip_mod_revision,
+            )),
+            guard,
+            Some(Compare::create_revision(
+                first_key.as_str(),
+                CompareOp::Equal,
+                0,
+            )),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let txn = Txn::new()
-            .when([
-                Compare::mod_revision(
-                    tip_key.as_str(),
-                    CompareOp::Equal,
-                    expected_tip_mod_revision,
-                ),
-                ownership.guard(),
-                Compare::create_revision(first_key.as_str(), CompareOp::Equal, 0),
-            ])
+            .when(compares)
             .and_then(puts)
             .or_else([TxnOp::get(first_key.as_str(), None)]);
         let resolve = Txn::new().and_then([

@@ -93,6 +93,7 @@
 mod cas;
 mod check;
 mod fence;
+pub(crate) mod mutant;
 mod record;
 mod replay;
 mod retention;
@@ -111,6 +112,7 @@ use crate::lease::{Epoch, Ownership};
 use crate::write::WritePolicy;
 pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, estimate_size};
+use mutant::Mutant;
 
 pub(crate) use check::check;
 pub use check::{JournalCheck, Violation};
@@ -245,6 +247,8 @@ pub(crate) struct JournalContext {
     pub(crate) limits: JournalLimits,
     pub(crate) policy: WritePolicy,
     pub(crate) stop: CancellationToken,
+    /// The protocol as written, unless a test turned a broken variant on.
+    pub(crate) mutant: Mutant,
 }
 
 /// An append waiting for its turn: its payloads, and where its answer goes.
@@ -512,55 +516,67 @@ impl Journal {
         self.ownership
             .check()
             .map_err(|source| JournalWriteError::LeaseLost(JournalLeaseLostError { source }))?;
-        let first_seq = writer.next_seq;
-        // The last record and the next append's first must fit below u64::MAX.
-        let Some(last_seq) = first_seq
-            .checked_add(payloads.len() as u64 - 1)
-            .filter(|last| last.checked_add(1).is_some())
-        else {
-            return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
-        };
-
-        let (epoch, nonce) = (self.epoch(), Uuid::new_v4());
-        let values = payloads
-            .iter()
-            .zip(first_seq..)
-            .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p))
-            .collect();
-        let tip = encode_tip(&Tip {
-            seq: last_seq,
-            epoch,
-            nonce,
-        });
-        let append = AppendTxn::build(
-            &self.context.namespace,
-            &self.ownership,
-            first_seq,
-            nonce,
-            values,
-            tip,
-            writer.tip_mod_revision,
-        );
-        debug_assert_eq!(append.size, self.encoded_size(payloads));
-        self.context.metrics.batch(payloads.len());
-        // Until the send resolves, the tip is unknown: if this future is dropped mid-send, the
-        // journal must not go on as if nothing had been sent.
-        writer.condition = Condition::Indeterminate;
-        let mut in_flight = InFlight {
-            broken: &self.broken,
-            settled: false,
-        };
-        let context = &self.context;
-        let sent = append
-            .send(
-                &context.connection,
-                &context.policy,
+        let (epoch, mutant) = (self.epoch(), self.context.mutant);
+        let (mut first_seq, mut tip_mod_revision) = (writer.next_seq, writer.tip_mod_revision);
+        let mut guard = mutant.guard(&self.ownership);
+        let (sent, last_seq) = loop {
+            // The last record and the next append's first must fit below u64::MAX.
+            let Some(last_seq) = first_seq
+                .checked_add(payloads.len() as u64 - 1)
+                .filter(|last| last.checked_add(1).is_some())
+            else {
+                return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
+            };
+            let nonce = Uuid::new_v4();
+            let values = payloads
+                .iter()
+                .zip(first_seq..)
+                .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p))
+                .collect();
+            let tip = encode_tip(&Tip {
+                seq: last_seq,
+                epoch,
+                nonce,
+            });
+            let append = AppendTxn::build_guarded(
+                &self.context.namespace,
                 &self.ownership,
-                &context.stop,
-            )
-            .await;
-        in_flight.settled = true;
-        writer.condition = Condition::Open;
+                guard.clone(),
+                first_seq,
+                nonce,
+                values,
+                tip,
+                tip_mod_revision,
+            );
+            debug_assert_eq!(append.size, self.encoded_size(payloads));
+            self.context.metrics.batch(payloads.len());
+            // Until the send resolves, the tip is unknown: if this future is dropped mid-send,
+            // the journal must not go on as if nothing had been sent.
+            writer.condition = Condition::Indeterminate;
+            let mut in_flight = InFlight {
+                broken: &self.broken,
+                settled: false,
+            };
+            let context = &self.context;
+            let sent = append
+                .send(
+                    &context.connection,
+                    &context.policy,
+                    &self.ownership,
+                    &context.stop,
+                )
+                .await;
+            in_flight.settled = true;
+            writer.condition = Condition::Open;
+            // The protocol as written sends once; a broken variant may send again.
+            match mutant.again(context, &self.ownership, &sent).await {
+                Some(again) => {
+                    (first_seq, tip_mod_revision) = (again.first_seq, again.tip_mod_revision);
+                    guard = again.guard;
+                }
+                None => break (sent, last_seq),
+            }
+        };
         match sent {
             Sent::Committed { revision } => {
                 writer.next_seq = last_seq + 1;

@@ -67,6 +67,7 @@ use crate::error::{
     AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, RetentionError,
     StoreError,
 };
+use crate::journal::mutant::Mutant;
 use crate::journal::{
     self, Authority, Deleted, Event, Journal, JournalContext, JournalLimits, Record, Replay,
     ReplayOptions, Retention,
@@ -117,6 +118,9 @@ pub struct StoreOptions {
     pub tls: Option<TlsOptions>,
     /// etcd's authentication: a user and password; see [`Credentials`].
     pub credentials: Option<Credentials>,
+    /// A deliberately broken append, for tests of checkers; see
+    /// [`with_mutant`](Self::with_mutant).
+    pub(crate) mutant: Mutant,
 }
 
 impl StoreOptions {
@@ -136,6 +140,7 @@ impl StoreOptions {
             replay: ReplayOptions::default(),
             tls: None,
             credentials: None,
+            mutant: Mutant::None,
         }
     }
 
@@ -207,6 +212,15 @@ impl StoreOptions {
         self
     }
 
+    /// Turns on a deliberately broken variant of the append protocol, to show that a checker
+    /// catches what it breaks. Never for production: the invariants do not hold under it.
+    #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub fn with_mutant(mut self, mutant: crate::testing::Mutant) -> Self {
+        self.mutant = mutant;
+        self
+    }
+
     fn validate(&self) -> Result<(), StoreError> {
         if self.ttl < Duration::from_secs(2)
             || self.ttl > Duration::from_secs(MAX_TTL_SECS)
@@ -255,6 +269,7 @@ pub(crate) struct StoreShared {
     request_timeout: Duration,
     pub(crate) write: WritePolicy,
     journal: JournalLimits,
+    mutant: Mutant,
     replay: ReplayOptions,
     current: Mutex<Option<Arc<NodeLease>>>,
     pub(crate) registry: Mutex<Registry>,
@@ -329,6 +344,7 @@ impl Store {
                 ..options.write
             },
             journal: options.journal,
+            mutant: options.mutant,
             replay: options.replay,
             current: Mutex::new(Some(node.clone())),
             registry: Mutex::new(Registry::default()),
@@ -660,6 +676,7 @@ impl StoreShared {
             limits: self.journal.clone(),
             policy: self.write.clone(),
             stop: self.shutdown.clone(),
+            mutant: self.mutant,
         }
     }
 

@@ -73,6 +73,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use crate::fault::{FaultProxy, ProxyMode};
+pub use crate::journal::mutant::Mutant;
 pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageAttempt, ImageBuild, ImageChoice, ImageSource, etcd_binary};
