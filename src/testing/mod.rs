@@ -74,7 +74,9 @@ use std::time::Duration;
 
 pub use crate::fault::{FaultProxy, ProxyMode};
 pub use crate::journal::mutant::Mutant;
-pub use checker::{AppendHistory, InvariantViolation, JournalReport, Violation, check_journal};
+pub use checker::{
+    AppendHistory, InvariantViolation, Invocation, JournalReport, Violation, check_journal,
+};
 pub use cluster::{ClusterOptions, EtcdCluster};
 pub use image::{EtcdImage, ImageAttempt, ImageBuild, ImageChoice, ImageSource, etcd_binary};
 pub use node::{EtcdNode, EtcdNodeBuilder, ROOT_USER};

@@ -1,0 +1,196 @@
+//! The checker: what is finally in etcd, against the history.
+//!
+//! Per session:
+//! - invariants 1–4 with `leasehold::testing::check_journal` (one chain, no stale record after
+//!   a newer fence, fence epochs increasing, every acknowledged append present exactly once,
+//!   an outcome-unknown one at most once, a failed one not at all, all or nothing, in order);
+//! - invariant 2 in revision order, from the records' own revisions: a record of epoch `e`
+//!   committed before any later epoch of its session was created (epochs are revisions), and
+//!   before the delete that revoked `e`, if one did;
+//! - invariant 5: no owner saw its lease valid after a later epoch of its session was
+//!   acquired, unless the earlier one was revoked from outside (an owner learns of a revoke
+//!   only from its watch, so that window is not the margin's to close).
+//!
+//! Invariants 6 and 7 (progress within the bound after every heal) are checked while the run
+//! goes on; 8 (no panic) by a panic hook.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use etcd_client::GetOptions;
+use futures_util::StreamExt as _;
+use leasehold::testing::check_journal;
+use leasehold::{Epoch, Record, Store, Uuid};
+
+use crate::history::{Entry, History};
+
+/// A violation, with the session it concerns (if one).
+pub(crate) struct Finding {
+    pub(crate) session: Option<Uuid>,
+    pub(crate) what: String,
+}
+
+pub(crate) async fn check(
+    store: &Store,
+    raw: &etcd_client::Client,
+    sessions: &[Uuid],
+    history: &Arc<History>,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let entries = history.entries();
+    for &session in sessions {
+        let appends = history.appends_of(session);
+        let appends = appends.lock().unwrap().clone();
+        if let Err(broken) = check_journal(store, session, &appends).await {
+            for violation in broken.violations {
+                findings.push(Finding {
+                    session: Some(session),
+                    what: violation.to_string(),
+                });
+            }
+        }
+        for what in revision_order(store, raw, session, &entries).await {
+            findings.push(Finding {
+                session: Some(session),
+                what,
+            });
+        }
+    }
+    for what in validity(history, &entries) {
+        findings.push(Finding {
+            session: None,
+            what,
+        });
+    }
+    findings
+}
+
+/// Invariant 2 in revision order (see the module docs).
+async fn revision_order(
+    store: &Store,
+    raw: &etcd_client::Client,
+    session: Uuid,
+    entries: &[Entry],
+) -> Vec<String> {
+    let namespace = store.namespace();
+    // Every epoch of the session: acquired by a node, or fencing the journal.
+    let mut epochs: Vec<Epoch> = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            Entry::Acquired {
+                session: s, epoch, ..
+            } if *s == session => Some(*epoch),
+            _ => None,
+        })
+        .collect();
+    let mut revoked: HashMap<Epoch, i64> = HashMap::new();
+    for entry in entries {
+        if let Entry::Revoked {
+            session: s,
+            epoch,
+            revision,
+            ..
+        } = entry
+            && *s == session
+        {
+            revoked.insert(*epoch, *revision);
+        }
+    }
+    // seq → epoch, from a replay; seq → revision, from the keys.
+    let mut epoch_of: BTreeMap<u64, Epoch> = BTreeMap::new();
+    let mut replay = store.replay_records(session);
+    while let Some(record) = replay.next().await {
+        match record {
+            Ok(record) => {
+                if let Record::Fence(fence) = &record {
+                    epochs.push(fence.epoch);
+                }
+                epoch_of.insert(record.seq(), record.epoch());
+            }
+            Err(error) => return vec![format!("replay failed: {error}")],
+        }
+    }
+    epochs.sort();
+    epochs.dedup();
+    let prefix = namespace.records_prefix(session);
+    let keys = match raw
+        .clone()
+        .get(
+            prefix.as_str(),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+    {
+        Ok(keys) => keys,
+        Err(error) => return vec![format!("reading the record keys failed: {error}")],
+    };
+    let mut found = Vec::new();
+    for kv in keys.kvs() {
+        let seq = kv
+            .key_str()
+            .ok()
+            .and_then(|key| key.rsplit('/').next())
+            .and_then(|seq| seq.parse::<u64>().ok());
+        let (Some(seq), revision) = (seq, kv.create_revision()) else {
+            continue;
+        };
+        let Some(&epoch) = epoch_of.get(&seq) else {
+            continue;
+        };
+        if let Some(&later) = epochs.iter().find(|later| **later > epoch)
+            && revision >= later.0 as i64
+        {
+            found.push(format!(
+                "invariant 2: record {seq} of epoch {epoch} committed at revision {revision}, after epoch {later} began"
+            ));
+        }
+        if let Some(&deleted) = revoked.get(&epoch)
+            && revision > deleted
+        {
+            found.push(format!(
+                "invariant 2: record {seq} of epoch {epoch} committed at revision {revision}, after its owner key was deleted at {deleted}"
+            ));
+        }
+    }
+    found
+}
+
+/// Invariant 5 (see the module docs).
+fn validity(history: &History, entries: &[Entry]) -> Vec<String> {
+    let mut acquired: HashMap<Uuid, Vec<(Epoch, usize, tokio::time::Instant)>> = HashMap::new();
+    let mut revoked: Vec<(Uuid, Epoch)> = Vec::new();
+    for entry in entries {
+        match entry {
+            Entry::Acquired {
+                at,
+                node,
+                session,
+                epoch,
+            } => acquired
+                .entry(*session)
+                .or_default()
+                .push((*epoch, *node, *at)),
+            Entry::Revoked { session, epoch, .. } => revoked.push((*session, *epoch)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for ((session, epoch), (node, seen)) in history.valid_seen() {
+        if revoked.contains(&(session, epoch)) {
+            continue;
+        }
+        let Some(later) = acquired.get(&session) else {
+            continue;
+        };
+        for &(newer, by, at) in later {
+            if newer > epoch && seen > at {
+                found.push(format!(
+                    "invariant 5: node-{node} saw session {session} valid at epoch {epoch} at {:.3}s, after node-{by} acquired epoch {newer} at {:.3}s",
+                    history.secs(seen),
+                    history.secs(at),
+                ));
+            }
+        }
+    }
+    found
+}

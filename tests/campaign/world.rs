@@ -1,0 +1,228 @@
+//! The system under test: a 3-member etcd cluster and nodes, each a `SessionHost` on its own
+//! single-threaded runtime (so that one node's runtime can be stalled while the rest goes on),
+//! reaching every member through its own fault proxies, appending continuously to the
+//! sessions it owns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::testing::{EtcdCluster, FaultProxy, Mutant};
+use leasehold::{
+    CancellationToken, ConnectOptions, Connection, HostOptions, Namespace, Rig, SessionHost, Store,
+    StoreOptions, Uuid,
+};
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::history::{Entry, History};
+
+/// How the nodes run.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeConfig {
+    pub(crate) ttl: Duration,
+    pub(crate) margin: Duration,
+    /// The pause between two appends of one appender.
+    pub(crate) pace: Duration,
+    pub(crate) mutant: Mutant,
+}
+
+/// One node: a store and a host on a runtime of their own.
+pub(crate) struct Node {
+    pub(crate) index: usize,
+    pub(crate) proxies: Vec<FaultProxy>,
+    handle: Handle,
+    store: Arc<Store>,
+    host: Arc<SessionHost>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Node {
+    pub(crate) async fn start(
+        index: usize,
+        cluster: &EtcdCluster,
+        namespace: &Namespace,
+        sessions: &[Uuid],
+        config: &NodeConfig,
+        history: &Arc<History>,
+    ) -> Self {
+        let mut proxies = Vec::new();
+        for member in 0..cluster.len() {
+            proxies.push(FaultProxy::start(cluster.endpoint(member)).await.unwrap());
+        }
+        let (handle_sender, handle_receiver) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("node-{index}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                handle_sender.send(runtime.handle().clone()).unwrap();
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .unwrap();
+        let handle = handle_receiver.recv().unwrap();
+        let options = StoreOptions::new(proxies.iter().map(FaultProxy::endpoint))
+            .with_namespace(namespace.clone())
+            .with_node(format!("node-{index}"))
+            .with_ttl(config.ttl, config.margin)
+            .with_mutant(config.mutant);
+        let store = Arc::new(
+            handle
+                .spawn(Store::connect(options))
+                .await
+                .unwrap()
+                .expect("the store connects"),
+        );
+        let work = work(index, config.pace, history.clone());
+        let host = {
+            let (store, sessions) = (store.clone(), sessions.to_vec());
+            handle
+                .spawn(async move {
+                    SessionHost::start(
+                        store,
+                        HostOptions::default().with_stop_grace(Duration::from_secs(3)),
+                        sessions,
+                        work,
+                    )
+                })
+                .await
+                .unwrap()
+        };
+        Self {
+            index,
+            proxies,
+            handle,
+            store,
+            host: Arc::new(host),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Freezes every task of this node for `pause` (a stop-the-world pause): the runtime's
+    /// one thread sleeps.
+    pub(crate) fn stall(&self, pause: Duration) {
+        self.handle.spawn(async move { std::thread::sleep(pause) });
+    }
+
+    pub(crate) fn blackhole(&self) {
+        self.proxies.iter().for_each(FaultProxy::blackhole);
+    }
+
+    pub(crate) fn drop_replies(&self) {
+        self.proxies.iter().for_each(FaultProxy::drop_replies);
+    }
+
+    pub(crate) fn reject(&self) {
+        self.proxies.iter().for_each(FaultProxy::reject);
+    }
+
+    pub(crate) fn heal(&self) {
+        self.proxies.iter().for_each(FaultProxy::heal);
+    }
+
+    /// Shuts the host down (every owned session in order), closes the store and stops the
+    /// runtime.
+    pub(crate) async fn stop(mut self) {
+        let (host, store) = (self.host.clone(), self.store.clone());
+        let closing = self.handle.spawn(async move {
+            host.shutdown().await;
+            store.close().await;
+        });
+        if tokio::time::timeout(Duration::from_secs(30), closing)
+            .await
+            .is_err()
+        {
+            eprintln!("campaign: node-{} did not shut down in 30 s", self.index);
+        }
+        let _ = self.stop.take().map(|stop| stop.send(()));
+        if let Some(thread) = self.thread.take() {
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .unwrap()
+                .expect("the node's runtime thread ends without a panic");
+        }
+    }
+}
+
+/// The user's work on an owned session: two appenders, one of single appends and one of
+/// batches, until the host says stop.
+fn work(
+    node: usize,
+    pace: Duration,
+    history: Arc<History>,
+) -> impl Fn(Arc<Rig>, CancellationToken) -> futures_util::future::BoxFuture<'static, ()>
++ Send
++ Sync
++ 'static {
+    use futures_util::FutureExt as _;
+    move |rig, token| {
+        let history = history.clone();
+        async move {
+            let (session, epoch) = (rig.session_id(), rig.epoch());
+            history.note(Entry::Acquired {
+                at: Instant::now(),
+                node,
+                session,
+                epoch,
+            });
+            tokio::join!(
+                appender(&rig, &token, &history, node, 1, pace),
+                appender(&rig, &token, &history, node, 5, pace),
+            );
+            history.note(Entry::Ended {
+                at: Instant::now(),
+                node,
+                session,
+                epoch,
+            });
+        }
+        .boxed()
+    }
+}
+
+async fn appender(
+    rig: &Rig,
+    token: &CancellationToken,
+    history: &Arc<History>,
+    node: usize,
+    max_batch: usize,
+    pace: Duration,
+) {
+    let (session, epoch) = (rig.session_id(), rig.epoch());
+    let journal = rig.journal();
+    let mut n = 0;
+    while !token.is_cancelled() {
+        if journal.is_broken() {
+            // The host gives the session up; nothing to do until it says so.
+            token.cancelled().await;
+            break;
+        }
+        if rig.is_valid() {
+            history.seen_valid(session, epoch, node);
+        }
+        n += 1;
+        let count = 1 + n % max_batch;
+        let payloads = (0..count).map(|_| history.payload(session, node)).collect();
+        let call = history.call(session, payloads);
+        let result = journal.append_batch(&call.payloads).await;
+        let failed = result.is_err();
+        call.done(&result);
+        if failed {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(pace).await;
+    }
+}
+
+/// An operator's view of the cluster, straight to the members (no proxy).
+pub(crate) async fn connection(cluster: &EtcdCluster) -> Connection {
+    Connection::connect(ConnectOptions::new(cluster.endpoints()))
+        .await
+        .expect("the operator connects")
+}
