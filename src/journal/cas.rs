@@ -172,6 +172,26 @@ impl AppendTxn {
         self.settle(written)
     }
 
+    /// Sends it once, and never settles an unknown outcome: only for
+    /// [`Mutant::BlindReapply`](super::mutant::Mutant::BlindReapply).
+    pub(crate) async fn send_once(
+        &self,
+        connection: &Connection,
+        policy: &WritePolicy,
+        stop: &CancellationToken,
+    ) -> Sent {
+        let written = write::send(
+            connection,
+            policy,
+            "append",
+            &self.txn,
+            None,
+            || false,
+            stop,
+        );
+        self.settle(written.await)
+    }
+
     fn ours(&self, record: &KeyValue) -> bool {
         decode_record(record.key(), None, record.value())
             .is_ok_and(|record| record.nonce() == self.nonce)

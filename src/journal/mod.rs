@@ -558,14 +558,7 @@ impl Journal {
                 settled: false,
             };
             let context = &self.context;
-            let sent = append
-                .send(
-                    &context.connection,
-                    &context.policy,
-                    &self.ownership,
-                    &context.stop,
-                )
-                .await;
+            let sent = mutant.send(&append, context, &self.ownership).await;
             in_flight.settled = true;
             writer.condition = Condition::Open;
             // The protocol as written sends once; a broken variant may send again.

@@ -17,8 +17,8 @@ pub enum Mutant {
     /// are now and sends the append again, as if its view had merely been stale: it
     /// "recovers in place" instead of giving the session up.
     RecoverInPlace,
-    /// An append whose outcome stays unknown is sent again as a new append after the tip as
-    /// it is now, instead of leaving the journal indeterminate.
+    /// An append whose first send times out is sent again as a new append after the tip as
+    /// it is now, instead of being re-sent unchanged and its outcome settled by reading.
     BlindReapply,
     /// The append transaction leaves out the owner key's compare (fences keep it).
     SkipOwnerCompare,
@@ -27,7 +27,7 @@ pub enum Mutant {
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use super::JournalContext;
-use super::cas::{Sent, gets};
+use super::cas::{AppendTxn, Sent, gets};
 use super::record::decode_tip;
 use crate::lease::Ownership;
 
@@ -43,6 +43,21 @@ impl Mutant {
     /// The owner compare an append takes: none for [`Mutant::SkipOwnerCompare`].
     pub(crate) fn guard(self, ownership: &Ownership) -> Option<Compare> {
         (self != Mutant::SkipOwnerCompare).then(|| ownership.guard())
+    }
+
+    /// Sends `append`: as the protocol says, or once and without settling an unknown
+    /// outcome for [`Mutant::BlindReapply`].
+    pub(crate) async fn send(
+        self,
+        append: &AppendTxn,
+        context: &JournalContext,
+        ownership: &Ownership,
+    ) -> Sent {
+        let (connection, policy, stop) = (&context.connection, &context.policy, &context.stop);
+        match self {
+            Mutant::BlindReapply => append.send_once(connection, policy, stop).await,
+            _ => append.send(connection, policy, ownership, stop).await,
+        }
     }
 
     /// Whether and where this mutant sends an append again after `sent`; `None` for the

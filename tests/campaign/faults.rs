@@ -92,6 +92,8 @@ pub(crate) struct Target<'a> {
     pub(crate) raw: etcd_client::Client,
     pub(crate) history: &'a Arc<History>,
     pub(crate) ttl: Duration,
+    /// How long replies are dropped, in seconds (drawn uniformly).
+    pub(crate) reply_drop: (f64, f64),
 }
 
 fn secs(rng: &mut StdRng, from: f64, to: f64) -> Duration {
@@ -177,9 +179,7 @@ impl Target<'_> {
             }
             Kind::ReplyDrop => {
                 let node = &self.nodes[rng.random_range(0..self.nodes.len())];
-                // Sometimes shorter than the lease's validity (re-sends settle it), sometimes
-                // longer (the outcome stays unknown).
-                let hold = secs(rng, 0.3, self.ttl.as_secs_f64() + 1.0);
+                let hold = secs(rng, self.reply_drop.0, self.reply_drop.1);
                 self.note(
                     format!("reply_drop node-{} for {hold:.1?}", node.index),
                     false,

@@ -24,6 +24,8 @@ pub(crate) struct NodeConfig {
     /// The pause between two appends of one appender.
     pub(crate) pace: Duration,
     pub(crate) mutant: Mutant,
+    /// How long the work on a session may take to stop before the host aborts it.
+    pub(crate) stop_grace: Duration,
 }
 
 /// One node: a store and a host on a runtime of their own.
@@ -78,14 +80,14 @@ impl Node {
                 .unwrap()
                 .expect("the store connects"),
         );
-        let work = work(index, config.pace, history.clone());
+        let (work, grace) = (work(index, config.pace, history.clone()), config.stop_grace);
         let host = {
             let (store, sessions) = (store.clone(), sessions.to_vec());
             handle
                 .spawn(async move {
                     SessionHost::start(
                         store,
-                        HostOptions::default().with_stop_grace(Duration::from_secs(3)),
+                        HostOptions::default().with_stop_grace(grace),
                         sessions,
                         work,
                     )
