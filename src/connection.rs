@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use tokio::time::Instant;
+use zeroize::Zeroizing;
 
 use crate::error::{EtcdError, FailureClass};
 use crate::keys::{Namespace, prefix_end};
@@ -186,19 +187,25 @@ impl std::fmt::Debug for TlsOptions {
     }
 }
 
-/// A user name and password for etcd's authentication. `Debug` never shows the password.
+/// A user name and password for etcd's authentication.
+///
+/// The password is held in a [`Zeroizing`] buffer: it is overwritten with zeros when the
+/// credentials (and every clone of them) are dropped. `Debug` never shows it, and there is no
+/// accessor for it. etcd-client is handed a copy of its own whenever a client authenticates
+/// (it keeps it to fetch fresh tokens), and that copy is not wiped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     user: String,
-    password: String,
+    password: Zeroizing<String>,
 }
 
 impl Credentials {
-    /// `user`, authenticated with `password`.
+    /// `user`, authenticated with `password`. The string given is moved in, not copied, so
+    /// the only copy left to wipe is the one held here.
     pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
         Self {
             user: user.into(),
-            password: password.into(),
+            password: Zeroizing::new(password.into()),
         }
     }
 
@@ -207,8 +214,9 @@ impl Credentials {
         &self.user
     }
 
+    /// The user and a copy of the password, as etcd-client takes them.
     pub(crate) fn pair(&self) -> (String, String) {
-        (self.user.clone(), self.password.clone())
+        (self.user.clone(), self.password.as_str().to_owned())
     }
 }
 
@@ -831,4 +839,22 @@ pub async fn etcd_metric(
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_password_is_wiped_on_drop_and_never_shown() {
+        let credentials = Credentials::new("alice", "s3cret-for-debug");
+        // Held in a buffer that zeroes itself when dropped.
+        let _: &Zeroizing<String> = &credentials.password;
+        assert_eq!(credentials.pair().1, "s3cret-for-debug");
+        let options = ConnectOptions::new(["http://e"]).with_user("alice", "s3cret-for-debug");
+        for shown in [format!("{credentials:?}"), format!("{options:?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("alice"), "{shown}");
+        }
+    }
 }

@@ -261,7 +261,9 @@ impl Common {
         };
         let password = match &self.password_file {
             Some(path) => {
-                let text = String::from_utf8(read("--password-file", path)?).map_err(|_| {
+                // The file's bytes are wiped once its first line is taken.
+                let bytes = zeroize::Zeroizing::new(read("--password-file", path)?);
+                let text = std::str::from_utf8(&bytes).map_err(|_| {
                     Failure::message(
                         format!("--password-file {} is not UTF-8", path.display()),
                         2,
