@@ -182,3 +182,79 @@ async fn a_wrong_ca_an_expired_and_a_missing_client_certificate_are_refused() {
         }
     }
 }
+
+/// `--tls-server-name` (or `LEASEHOLD_TLS_SERVER_NAME`): an endpoint given by an address that
+/// the member's certificate does not name is refused, unless the certificate is checked
+/// against a name it does hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tls_server_name_flag_checks_the_certificate_against_the_name_given() {
+    let (etcd, certificates) = tls_etcd().await;
+    // 127.0.0.2 is a loopback address too, and Docker publishes the member's port on every
+    // address; the member's certificate names only localhost, 127.0.0.1 and ::1.
+    let (_, port) = etcd.endpoint().rsplit_once(':').unwrap();
+    let endpoint = format!("https://127.0.0.2:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (cert, key) = certificates.client_pem();
+    let ca = write("ca.pem", certificates.ca_pem());
+    let cert = write("client.pem", cert);
+    let key = write("client-key.pem", key);
+    let leasehold = |command: &str, flags: &[&str], name_env: Option<&str>| {
+        let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        run.arg(command)
+            .args(["--endpoints", &endpoint, "--connect-timeout", "2"])
+            .args(["--cacert", &ca, "--cert", &cert, "--key", &key])
+            .args(flags)
+            .env_remove("LEASEHOLD_ENDPOINTS")
+            .env_remove("LEASEHOLD_TLS_SERVER_NAME");
+        if let Some(name) = name_env {
+            run.env("LEASEHOLD_TLS_SERVER_NAME", name);
+        }
+        let output = run.output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code().unwrap_or(-1), stderr)
+    };
+    for command in ["status", "owners"] {
+        // By address: the certificate does not name 127.0.0.2.
+        let (code, stderr) = leasehold(command, &[], None);
+        println!("{command} by address: {stderr}");
+        assert_eq!(code, 3, "{command} by address: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("certificate"), "{stderr}");
+        // Checked against a name the certificate holds: it works, by flag and by variable.
+        let (code, stderr) = leasehold(command, &["--tls-server-name", "localhost"], None);
+        assert_eq!(code, 0, "{command} --tls-server-name localhost: {stderr}");
+        let (code, stderr) = leasehold(command, &[], Some("localhost"));
+        assert_eq!(
+            code, 0,
+            "{command} LEASEHOLD_TLS_SERVER_NAME=localhost: {stderr}"
+        );
+        // A name the certificate does not hold: refused like the address.
+        let (code, stderr) = leasehold(command, &["--tls-server-name", "etcd.example"], None);
+        assert_eq!(
+            code, 3,
+            "{command} --tls-server-name etcd.example: {stderr}"
+        );
+        assert!(stderr.contains("certificate"), "{stderr}");
+    }
+    // Not a name at all: bad input.
+    let (code, stderr) = leasehold("status", &["--tls-server-name", "not a name"], None);
+    assert_eq!(code, 2, "{stderr}");
+    // Only with TLS.
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "status",
+            "--endpoints",
+            &endpoint,
+            "--tls-server-name",
+            "localhost",
+        ])
+        .env_remove("LEASEHOLD_CACERT")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

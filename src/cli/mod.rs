@@ -25,10 +25,11 @@ Exit codes:
   3  etcd unreachable or unavailable, also a TLS handshake etcd or leasehold refuses
      (a wrong CA, an expired or missing client certificate)
 
-Secured etcd: --cacert, --cert, --key (TLS), --user with --password-file or
-LEASEHOLD_PASSWORD (authentication); each flag also as LEASEHOLD_CACERT, LEASEHOLD_CERT,
-LEASEHOLD_KEY, LEASEHOLD_USER, LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a
-namespace outside its roles) fails with exit code 1.
+Secured etcd: --cacert, --cert, --key, --tls-server-name (TLS), --user with
+--password-file or LEASEHOLD_PASSWORD (authentication); each flag also as LEASEHOLD_CACERT,
+LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_TLS_SERVER_NAME, LEASEHOLD_USER,
+LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a namespace outside its roles) fails
+with exit code 1.
 
 --json output: one documented schema per command (owners, journal show, journal trim,
 journal delete, revoke, check); see the crate documentation of the leasehold tool.";
@@ -106,6 +107,16 @@ pub(crate) struct Common {
         global = true
     )]
     key: Option<PathBuf>,
+    /// TLS: the name the members' certificates are checked against, instead of each
+    /// endpoint's host (for endpoints given by IP address whose certificates name a DNS
+    /// name); with --cacert.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_SERVER_NAME",
+        value_name = "NAME",
+        global = true
+    )]
+    tls_server_name: Option<String>,
     /// The etcd user to authenticate as. The password is read from --password-file or the
     /// environment variable LEASEHOLD_PASSWORD, never from a flag.
     #[arg(long, env = "LEASEHOLD_USER", value_name = "NAME", global = true)]
@@ -249,13 +260,22 @@ impl Common {
         }
         let tls = match &self.cacert {
             Some(ca) => {
-                let tls = TlsOptions::new(read("--cacert", ca)?);
-                Some(match (&self.cert, &self.key) {
-                    (Some(cert), Some(key)) => {
-                        tls.with_client_identity(read("--cert", cert)?, read("--key", key)?)
-                    }
-                    _ => tls,
-                })
+                let mut tls = TlsOptions::new(read("--cacert", ca)?);
+                if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+                    tls = tls.with_client_identity(read("--cert", cert)?, read("--key", key)?);
+                }
+                if let Some(name) = &self.tls_server_name {
+                    tls = tls.with_domain_name(name);
+                }
+                Some(tls)
+            }
+            // Checked here rather than by clap: a global flag's `requires` misses a --cacert
+            // given after the command when the name comes from the environment.
+            None if self.tls_server_name.is_some() => {
+                return Err(Failure::message(
+                    "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME) needs --cacert",
+                    2,
+                ));
             }
             None => None,
         };
