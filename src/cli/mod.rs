@@ -208,11 +208,11 @@ impl Failure {
         }
     }
 
-    /// Connecting failed: exit code 3 when no endpoint answered (TLS refusals included), 2
-    /// for bad endpoints and refused credentials.
+    /// Connecting failed: exit code 3 when no endpoint answered or the TLS handshake was
+    /// refused, 2 for bad endpoints and refused credentials.
     pub(crate) fn connect(error: ConnectError) -> Self {
         match error {
-            ConnectError::Unreachable { .. } => Self {
+            ConnectError::Unreachable { .. } | ConnectError::Tls { .. } => Self {
                 error: Box::new(error),
                 code: 3,
             },
@@ -375,10 +375,12 @@ impl Common {
 /// The exit code of a failed store connect.
 pub(crate) fn store_failure(error: StoreError) -> Failure {
     match error {
-        StoreError::Connect(ConnectError::Unreachable { .. }) => Failure {
-            error: Box::new(error),
-            code: 3,
-        },
+        StoreError::Connect(ConnectError::Unreachable { .. } | ConnectError::Tls { .. }) => {
+            Failure {
+                error: Box::new(error),
+                code: 3,
+            }
+        }
         StoreError::Grant(ref grant) => Failure::etcd(grant.class(), error),
         _ => Failure::usage(error),
     }
