@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue, WatchOptions};
-use tokio::time::sleep;
+use tokio::time::{Instant, sleep};
 use uuid::Uuid;
 
 use super::StoreShared;
@@ -40,13 +40,69 @@ impl Snapshot {
     }
 }
 
+/// The pause before each restart of the owner watch: 100 ms after the first failure,
+/// doubling up to 2 s while runs keep failing; back to 100 ms after a run that was healthy,
+/// so that one blip long ago does not make every later restart wait the longest pause. A run
+/// was healthy when its watch was opened and then delivered a response (events or a progress
+/// notification), or stayed open for [`STEADY`](Self::STEADY).
+#[derive(Debug)]
+struct RestartBackoff {
+    next: Duration,
+    /// When this run's watch was opened.
+    opened: Option<Instant>,
+    /// Whether this run's watch delivered a response.
+    delivered: bool,
+}
+
+impl RestartBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+    /// How long a watch that delivers nothing (a quiet namespace) must stay open to count as
+    /// healthy.
+    const STEADY: Duration = Duration::from_secs(10);
+
+    fn new() -> Self {
+        Self {
+            next: Self::FIRST,
+            opened: None,
+            delivered: false,
+        }
+    }
+
+    /// The run's watch is open.
+    fn opened(&mut self, now: Instant) {
+        self.opened = Some(now);
+    }
+
+    /// The run's watch delivered a response.
+    fn delivered(&mut self) {
+        self.delivered = true;
+    }
+
+    /// The run ended at `now` and the watch restarts: how long to wait first. The next run
+    /// starts afresh.
+    fn pause(&mut self, now: Instant) -> Duration {
+        let healthy = self
+            .opened
+            .is_some_and(|opened| self.delivered || now.duration_since(opened) >= Self::STEADY);
+        if healthy {
+            self.next = Self::FIRST;
+        }
+        let pause = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        self.opened = None;
+        self.delivered = false;
+        pause
+    }
+}
+
 pub(super) async fn run(shared: Arc<StoreShared>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = RestartBackoff::new();
     loop {
         if shared.shutdown.is_cancelled() {
             return;
         }
-        match follow(&shared).await {
+        match follow(&shared, &mut backoff).await {
             Ok(()) => return,
             Err(reason) => {
                 tracing::debug!(%reason, "owner watch restarting");
@@ -55,15 +111,15 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
             }
         }
         tokio::select! {
-            _ = sleep(backoff) => {}
+            _ = sleep(backoff.pause(Instant::now())) => {}
             _ = shared.shutdown.cancelled() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
-/// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart.
-async fn follow(shared: &StoreShared) -> Result<(), String> {
+/// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart. Tells
+/// `backoff` when the watch is open and when it delivers.
+async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<(), String> {
     let snapshot = tokio::select! {
         snapshot = read_snapshot(shared) => snapshot?,
         _ = shared.shutdown.cancelled() => return Ok(()),
@@ -93,6 +149,7 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
         }
         _ = shared.shutdown.cancelled() => return Ok(()),
     };
+    backoff.opened(Instant::now());
     loop {
         let message = tokio::select! {
             message = stream.message() => message,
@@ -111,6 +168,7 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
                 response.cancel_reason()
             ));
         }
+        backoff.delivered();
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
             let Some(session) = session_of(shared, kv) else {
@@ -251,5 +309,52 @@ mod tests {
             ]
         );
         assert_eq!(registry.held(), 2);
+    }
+
+    /// The pauses of `restarts` failed runs in a row (no watch opened), from `backoff`.
+    fn failing(backoff: &mut RestartBackoff, restarts: usize) -> Vec<Duration> {
+        (0..restarts)
+            .map(|_| backoff.pause(Instant::now()))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_restart_backoff_grows_while_runs_fail_and_resets_after_a_healthy_one() {
+        let ms = Duration::from_millis;
+        let mut backoff = RestartBackoff::new();
+        // --- phase: a blip; every run fails before its watch opens
+        assert_eq!(
+            failing(&mut backoff, 7),
+            [
+                ms(100),
+                ms(200),
+                ms(400),
+                ms(800),
+                ms(1600),
+                ms(2000),
+                ms(2000)
+            ]
+        );
+
+        // --- phase: a watch opens and delivers, then fails much later: back to 100 ms
+        backoff.opened(Instant::now());
+        tokio::time::advance(ms(500)).await;
+        backoff.delivered();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(100));
+        assert_eq!(failing(&mut backoff, 3), [ms(200), ms(400), ms(800)]);
+
+        // --- phase: opened but silent and short-lived (cancelled at once): no reset
+        backoff.opened(Instant::now());
+        tokio::time::advance(ms(300)).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(1600));
+
+        // --- phase: opened, silent, but up for STEADY (a quiet namespace): reset
+        backoff.opened(Instant::now());
+        tokio::time::advance(RestartBackoff::STEADY).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(100));
+
+        // --- phase: each run starts afresh: what the healthy run did is not carried over
+        assert_eq!(failing(&mut backoff, 2), [ms(200), ms(400)]);
     }
 }
