@@ -9,7 +9,7 @@
 //! | --- | --- | --- | --- |
 //! | `leasehold_sessions_held` | gauge | | leases handed out and not yet lost |
 //! | `leasehold_acquisitions_total` | counter | `outcome`: `acquired`, `held`, `failed` | acquisition attempts |
-//! | `leasehold_losses_total` | counter | `reason`: `released`, `revoked`, `overtaken`, `expired`, ... | leases lost, by the first reason |
+//! | `leasehold_losses_total` | counter | `reason`: `released`, `revoked`, `overtaken`, `expired`, `keepalive_failed`, `store_closed`, `permission_denied` | leases lost, by the first reason |
 //! | `leasehold_keepalive_round_trip_seconds` | histogram | | from a keepalive's send to its reply |
 //! | `leasehold_validity_slack_seconds` | gauge | | the node lease's deadline minus now, at each renewal |
 //! | `leasehold_appends_total` | counter | `outcome`: `ok`, `fenced`, `unknown_resolved`, `unknown`, `failed` | append calls |
@@ -169,6 +169,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::Expired => "expired",
         LossReason::KeepaliveFailed => "keepalive_failed",
         LossReason::StoreClosed => "store_closed",
+        LossReason::PermissionDenied => "permission_denied",
     }
 }
 

@@ -1,4 +1,11 @@
 //! The store's one watch on `{ns}/owners/`: snapshot, reconcile, then follow.
+//!
+//! A run that fails is restarted (see [`RestartBackoff`]), except when etcd denies the
+//! store's user the owner keys (permission denied: its roles do not cover the namespace).
+//! That is permanent: the watch logs it once, at error level, records it as the store's
+//! [refusal](super::Refusal) and stops. The keepalive then loses every lease of the store
+//! ([`LossReason::PermissionDenied`](crate::LossReason::PermissionDenied)) and lets the node
+//! lease go, and every acquisition fails with that permission error.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +18,7 @@ use uuid::Uuid;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
+use crate::error::EtcdError;
 
 /// The owner keys at one revision.
 struct Snapshot {
@@ -96,6 +104,57 @@ impl RestartBackoff {
     }
 }
 
+/// Why a run of the watch ended, other than the store's shutdown.
+#[derive(Debug, thiserror::Error)]
+enum Restart {
+    #[error("reading the owner keys failed")]
+    Snapshot(#[source] EtcdError),
+    #[error("opening the watch failed")]
+    Open(#[source] EtcdError),
+    #[error("opening the watch on {endpoint} timed out")]
+    OpenTimedOut { endpoint: String },
+    #[error("the watch on {endpoint} ended")]
+    Ended { endpoint: String },
+    #[error("the watch failed")]
+    Failed(#[source] EtcdError),
+    /// Compaction, "no leader" under require_leader, a permission refused at creation: a new
+    /// snapshot covers the gap (and says, typed, whether the permission is missing).
+    #[error(
+        "the watch on {endpoint} was cancelled (compact revision {compact_revision}, reason {reason:?})"
+    )]
+    Cancelled {
+        endpoint: String,
+        compact_revision: i64,
+        reason: String,
+    },
+}
+
+impl Restart {
+    /// The permission error, when etcd denies the store's user the owner keys: permanent.
+    fn permission_denied(&self) -> Option<&EtcdError> {
+        match self {
+            Restart::Snapshot(error) | Restart::Open(error) | Restart::Failed(error)
+                if error.is_permission_denied() =>
+            {
+                Some(error)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `error: cause: cause`, for the logs.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        line.push_str(": ");
+        line.push_str(&next.to_string());
+        cause = next.source();
+    }
+    line
+}
+
 pub(super) async fn run(shared: Arc<StoreShared>) {
     let mut backoff = RestartBackoff::new();
     loop {
@@ -104,8 +163,21 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
         }
         match follow(&shared, &mut backoff).await {
             Ok(()) => return,
-            Err(reason) => {
-                tracing::debug!(%reason, "owner watch restarting");
+            Err(restart) => {
+                if let Some(denied) = restart.permission_denied() {
+                    tracing::error!(
+                        namespace = %shared.namespace,
+                        prefix = %shared.namespace.owners_prefix(),
+                        error = %with_causes(&restart),
+                        "etcd denies this store's user the namespace's owner keys: its roles do \
+                         not cover the namespace. The owner watch stops, every lease of this \
+                         store is lost and acquisitions fail; grant the role readwrite on the \
+                         namespace's prefix and start the store again"
+                    );
+                    shared.refusal.refuse(denied.clone());
+                    return;
+                }
+                tracing::debug!(reason = %with_causes(&restart), "owner watch restarting");
                 shared.metrics.watch_restart();
                 shared.connection.rotate();
             }
@@ -119,9 +191,9 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
 
 /// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart. Tells
 /// `backoff` when the watch is open and when it delivers.
-async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<(), String> {
+async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<(), Restart> {
     let snapshot = tokio::select! {
-        snapshot = read_snapshot(shared) => snapshot?,
+        snapshot = read_snapshot(shared) => snapshot.map_err(Restart::Snapshot)?,
         _ = shared.shutdown.cancelled() => return Ok(()),
     };
     reconcile(shared, &snapshot);
@@ -143,13 +215,12 @@ async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<()
         opened = tokio::time::timeout(Duration::from_secs(5), open) => {
             match opened {
                 Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => return Err(format!("opening the watch on {endpoint} failed: {error}")),
-                Err(_) => return Err(format!("opening the watch on {endpoint} timed out")),
+                Ok(Err(error)) => return Err(Restart::Open(EtcdError::new("watch", &endpoint, error))),
+                Err(_) => return Err(Restart::OpenTimedOut { endpoint }),
             }
         }
         _ = shared.shutdown.cancelled() => return Ok(()),
     };
-    backoff.opened(Instant::now());
     loop {
         let message = tokio::select! {
             message = stream.message() => message,
@@ -157,18 +228,22 @@ async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<()
         };
         let response = match message {
             Ok(Some(response)) => response,
-            Ok(None) => return Err(format!("the watch on {endpoint} ended")),
-            Err(error) => return Err(format!("the watch on {endpoint} failed: {error}")),
+            Ok(None) => return Err(Restart::Ended { endpoint }),
+            Err(error) => return Err(Restart::Failed(EtcdError::new("watch", &endpoint, error))),
         };
         if response.canceled() {
-            // Compaction, "no leader" under require_leader, ...: a new snapshot covers the gap.
-            return Err(format!(
-                "the watch on {endpoint} was cancelled (compact revision {}, reason {:?})",
-                response.compact_revision(),
-                response.cancel_reason()
-            ));
+            return Err(Restart::Cancelled {
+                compact_revision: response.compact_revision(),
+                reason: response.cancel_reason().to_owned(),
+                endpoint,
+            });
         }
-        backoff.delivered();
+        // etcd's first response says the watch is created; the later ones deliver.
+        if response.created() {
+            backoff.opened(Instant::now());
+        } else {
+            backoff.delivered();
+        }
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
             let Some(session) = session_of(shared, kv) else {
@@ -186,12 +261,11 @@ async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<()
 }
 
 /// Reads every owner key at one revision (the first page's, linearizable), page by page.
-async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
+async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, EtcdError> {
     let (kvs, revision) = shared
         .connection
         .range_at_one_revision("owners snapshot", &shared.namespace.owners_prefix())
-        .await
-        .map_err(|error| format!("reading the owner keys failed: {error}"))?;
+        .await?;
     let owners = kvs
         .iter()
         .filter_map(|kv| Some((session_of(shared, kv)?, put_event(shared, kv))))
