@@ -249,7 +249,8 @@ pub enum ConnectError {
     /// not verify against the CA and server name given, or the member does not accept the
     /// client certificate ([`EtcdError::is_client_certificate_refused`]: none, expired, or
     /// signed by a CA it does not trust). Nothing was sent. Each endpoint was tried until the
-    /// retry policy's deadline, since certificates may be rotating. Transient only if they are.
+    /// retry policy's deadline, since certificates may be rotating: transient while they are,
+    /// permanent until the certificates or the TLS options are fixed.
     #[error("{} ({endpoints})", .source.tls_refusal())]
     Tls {
         /// The endpoints tried, comma-separated.

@@ -665,10 +665,12 @@ pub(crate) fn classify(error: &etcd_client::Error) -> (FailureClass, Option<toni
         E::GRpcStatus(status) => Some(status.code()),
         _ => None,
     };
-    // A refused TLS handshake: nothing on that connection was served. (A client certificate
-    // refused after the client's half of a TLS 1.3 handshake comes as `Unknown`, not as
-    // `Unavailable`.)
-    if tls_error(error).is_some_and(|tls| refused_handshake(&tls)) {
+    // A TLS handshake that failed while connecting (`Unavailable`), or that the member
+    // refused: nothing on that connection was served. (A client certificate refused after the
+    // client's half of a TLS 1.3 handshake comes as `Unknown`, not as `Unavailable`.)
+    if let Some(tls) = tls_error(error)
+        && (code == Some(tonic::Code::Unavailable) || refused_handshake(&tls))
+    {
         return (FailureClass::NotSent, code);
     }
     match error {
