@@ -51,8 +51,9 @@ impl Snapshot {
 /// The pause before each restart of the owner watch: 100 ms after the first failure,
 /// doubling up to 2 s while runs keep failing; back to 100 ms after a run that was healthy,
 /// so that one blip long ago does not make every later restart wait the longest pause. A run
-/// was healthy when its watch was opened and then delivered a response (events or a progress
-/// notification), or stayed open for [`STEADY`](Self::STEADY).
+/// was healthy when its watch was established (etcd said it is created) and then delivered a
+/// response (events or a progress notification), or stayed established for
+/// [`STEADY`](Self::STEADY).
 #[derive(Debug)]
 struct RestartBackoff {
     next: Duration,
@@ -77,7 +78,7 @@ impl RestartBackoff {
         }
     }
 
-    /// The run's watch is open.
+    /// The run's watch is established.
     fn opened(&mut self, now: Instant) {
         self.opened = Some(now);
     }
