@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use tokio::time::Instant;
+use zeroize::Zeroizing;
 
 use crate::error::{EtcdError, FailureClass};
 use crate::keys::{Namespace, prefix_end};
@@ -186,19 +187,25 @@ impl std::fmt::Debug for TlsOptions {
     }
 }
 
-/// A user name and password for etcd's authentication. `Debug` never shows the password.
+/// A user name and password for etcd's authentication.
+///
+/// The password is held in a [`Zeroizing`] buffer: it is overwritten with zeros when the
+/// credentials (and every clone of them) are dropped. `Debug` never shows it, and there is no
+/// accessor for it. etcd-client is handed a copy of its own whenever a client authenticates
+/// (it keeps it to fetch fresh tokens), and that copy is not wiped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     user: String,
-    password: String,
+    password: Zeroizing<String>,
 }
 
 impl Credentials {
-    /// `user`, authenticated with `password`.
+    /// `user`, authenticated with `password`. The string given is moved in, not copied, so
+    /// the only copy left to wipe is the one held here.
     pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
         Self {
             user: user.into(),
-            password: password.into(),
+            password: Zeroizing::new(password.into()),
         }
     }
 
@@ -207,8 +214,9 @@ impl Credentials {
         &self.user
     }
 
+    /// The user and a copy of the password, as etcd-client takes them.
     pub(crate) fn pair(&self) -> (String, String) {
-        (self.user.clone(), self.password.clone())
+        (self.user.clone(), self.password.as_str().to_owned())
     }
 }
 
@@ -237,6 +245,20 @@ pub enum ConnectError {
         #[source]
         source: etcd_client::Error,
     },
+    /// The TLS handshake was refused ([`EtcdError::is_tls`]): the member's certificate does
+    /// not verify against the CA and server name given, or the member does not accept the
+    /// client certificate ([`EtcdError::is_client_certificate_refused`]: none, expired, or
+    /// signed by a CA it does not trust). Nothing was sent. Each endpoint was tried until the
+    /// retry policy's deadline, since certificates may be rotating: transient while they are,
+    /// permanent until the certificates or the TLS options are fixed.
+    #[error("{} ({endpoints})", .source.tls_refusal())]
+    Tls {
+        /// The endpoints tried, comma-separated.
+        endpoints: String,
+        /// The refusal; [`EtcdError::is_tls`] holds.
+        #[source]
+        source: EtcdError,
+    },
     /// No endpoint answered within the retry policy's deadline. Transient: etcd may come up.
     #[error("no etcd endpoint answered ({endpoints})")]
     Unreachable {
@@ -257,6 +279,123 @@ pub enum ConnectError {
         #[source]
         source: EtcdError,
     },
+}
+
+/// Whether a request failed because its connection closed, for no reason the error gives: on
+/// a TLS connection, the member may have refused the client certificate. In TLS 1.3 the member
+/// says so with an alert after the client's half of the handshake, and when the connection
+/// ends before the request was handed to it, hyper reports only "connection closed"; a
+/// timeout, a refused connection or a typed failure say more and are taken as they are.
+fn closed_without_a_reason(error: &EtcdError) -> bool {
+    error.class() == FailureClass::OutcomeUnknown
+        && !error.is_tls()
+        && error.code() != Some(tonic::Code::DeadlineExceeded)
+}
+
+/// One TLS handshake with a member, outside tonic, to learn why a connection was refused.
+mod tls_probe {
+    use std::io;
+    use std::net::{TcpStream, ToSocketAddrs as _};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    use super::TlsOptions;
+    use crate::error::EtcdError;
+
+    /// Shakes hands with `endpoint` as the connection's clients do (same CA, client
+    /// certificate, server name, ALPN) and waits for the member's verdict, sending nothing
+    /// after the handshake, so that an alert it sends is read before the connection closes.
+    /// The refusal as an [`EtcdError`] (a TLS failure), or `None` when the handshake is
+    /// accepted or the probe itself cannot tell (no connection, a timeout).
+    pub(super) async fn refusal(
+        endpoint: &str,
+        tls: &TlsOptions,
+        timeout: Duration,
+    ) -> Option<EtcdError> {
+        let (host, port, name) = target(endpoint, tls)?;
+        let config = client_config(tls)?;
+        let refused = tokio::task::spawn_blocking(move || {
+            handshake(&host, port, name, config, Instant::now() + timeout)
+        })
+        .await
+        .ok()??;
+        tracing::debug!(endpoint, error = %refused, "the TLS handshake is refused");
+        let io = io::Error::new(io::ErrorKind::InvalidData, refused);
+        Some(EtcdError::new(
+            "TLS handshake",
+            endpoint,
+            etcd_client::Error::IoError(io),
+        ))
+    }
+
+    /// The host and port to connect to, and the name to verify.
+    fn target(endpoint: &str, tls: &TlsOptions) -> Option<(String, u16, ServerName<'static>)> {
+        let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
+        let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(443);
+        let name = tls.domain_name.as_deref().unwrap_or(host);
+        let name = ServerName::try_from(name.to_owned()).ok()?;
+        Some((host.to_owned(), port, name))
+    }
+
+    /// A rustls client configuration like tonic's: the CA as the only root, the client
+    /// certificate if any, HTTP/2 by ALPN.
+    fn client_config(tls: &TlsOptions) -> Option<Arc<rustls::ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+            roots.add(certificate.ok()?).ok()?;
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots);
+        let mut config = match &tls.identity {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok()?;
+                let key = PrivateKeyDer::from_pem_slice(key).ok()?;
+                builder.with_client_auth_cert(chain, key).ok()?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Some(Arc::new(config))
+    }
+
+    /// The handshake, then reads until the member's verdict: the TLS error, if any.
+    fn handshake(
+        host: &str,
+        port: u16,
+        name: ServerName<'static>,
+        config: Arc<rustls::ClientConfig>,
+        deadline: Instant,
+    ) -> Option<rustls::Error> {
+        let left = || deadline.checked_duration_since(Instant::now());
+        let address = (host, port).to_socket_addrs().ok()?.next()?;
+        let mut socket = TcpStream::connect_timeout(&address, left()?).ok()?;
+        let mut connection = rustls::ClientConnection::new(config, name).ok()?;
+        loop {
+            let left = left().filter(|left| !left.is_zero())?;
+            socket.set_read_timeout(Some(left)).ok()?;
+            socket.set_write_timeout(Some(left)).ok()?;
+            match connection.complete_io(&mut socket) {
+                // The connection ended with no alert, or the member waits for a request.
+                Ok((0, 0)) if !connection.is_handshaking() => return None,
+                Ok(_) => {}
+                Err(error) => {
+                    return error
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .cloned();
+                }
+            }
+        }
+    }
 }
 
 /// The status of the etcd member that answered.
@@ -462,14 +601,24 @@ impl Connection {
         let answered = tokio::time::timeout(deadline, connection.status())
             .await
             .unwrap_or_else(|_| Err(EtcdError::timed_out("status", &endpoints, deadline)));
-        answered.map_err(|source| {
-            if source.is_auth_failed() || source.is_permission_denied() {
-                ConnectError::Refused { endpoints, source }
-            } else {
-                ConnectError::Unreachable { endpoints, source }
+        let Err(source) = answered else {
+            return Ok(connection);
+        };
+        let source = match &options.tls {
+            Some(tls) if closed_without_a_reason(&source) => {
+                tls_probe::refusal(source.endpoint(), tls, options.connect_timeout)
+                    .await
+                    .unwrap_or(source)
             }
-        })?;
-        Ok(connection)
+            _ => source,
+        };
+        Err(if source.is_tls() {
+            ConnectError::Tls { endpoints, source }
+        } else if source.is_auth_failed() || source.is_permission_denied() {
+            ConnectError::Refused { endpoints, source }
+        } else {
+            ConnectError::Unreachable { endpoints, source }
+        })
     }
 
     /// The endpoints, in the order given.
@@ -831,4 +980,22 @@ pub async fn etcd_metric(
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_password_is_wiped_on_drop_and_never_shown() {
+        let credentials = Credentials::new("alice", "s3cret-for-debug");
+        // Held in a buffer that zeroes itself when dropped.
+        let _: &Zeroizing<String> = &credentials.password;
+        assert_eq!(credentials.pair().1, "s3cret-for-debug");
+        let options = ConnectOptions::new(["http://e"]).with_user("alice", "s3cret-for-debug");
+        for shown in [format!("{credentials:?}"), format!("{options:?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("alice"), "{shown}");
+        }
+    }
 }

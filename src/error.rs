@@ -142,12 +142,35 @@ impl EtcdError {
         is_auth_failure(&self.source)
     }
 
-    /// Whether the failure is a TLS failure: a certificate the CA does not sign, an expired
-    /// certificate, a name that does not match, a client certificate etcd requires and was
-    /// not given or does not accept. A handshake that failed sent nothing (class
-    /// [`NotSent`](FailureClass::NotSent): another endpoint may accept the connection).
+    /// Whether the failure is a TLS failure: a member's certificate the CA does not sign, or
+    /// that is expired or for another name; or a client certificate the member requires and
+    /// was not given, or does not accept (expired, signed by a CA it does not trust). A
+    /// handshake that failed sent nothing (class [`NotSent`](FailureClass::NotSent): another
+    /// endpoint may accept the connection).
     pub fn is_tls(&self) -> bool {
         tls_error(&self.source).is_some()
+    }
+
+    /// Whether the member refused the client certificate in the TLS handshake: none was
+    /// given where it requires one (`--client-cert-auth`), or it is expired, or signed by a CA
+    /// the member does not trust. Implies [`is_tls`](Self::is_tls).
+    pub fn is_client_certificate_refused(&self) -> bool {
+        tls_error(&self.source).is_some_and(|tls| client_certificate_refused(&tls))
+    }
+
+    /// One line saying which side refused the TLS handshake, for a TLS failure.
+    pub(crate) fn tls_refusal(&self) -> &'static str {
+        match tls_error(&self.source) {
+            Some(tls) if client_certificate_refused(&tls) => {
+                "etcd refused the TLS handshake: the client certificate is missing, expired \
+                 or not signed by a CA it trusts"
+            }
+            Some(rustls::Error::InvalidCertificate(_)) => {
+                "the TLS handshake was refused: the member's certificate does not verify \
+                 against the CA and server name given"
+            }
+            _ => "the TLS handshake with etcd failed",
+        }
     }
 }
 
@@ -541,7 +564,14 @@ fn is_auth_failure(error: &etcd_client::Error) -> bool {
 
 /// The TLS error in `error`'s cause chain, if any. rustls reports through `io::Error`, whose
 /// `source()` skips the error it wraps, so each `io::Error` is looked into as well.
-fn tls_error(error: &etcd_client::Error) -> Option<&rustls::Error> {
+///
+/// A fatal alert the member sends after the client's half of the handshake (TLS 1.3: a
+/// client certificate it refuses) reaches a request through h2, which hands a connection's
+/// error to each of its streams by re-creating the `io::Error` from its kind and message: the
+/// rustls error's type is lost there, and only its `Display` is left. Such an error is
+/// recognised only when its message is exactly what rustls writes for one of the alerts (the
+/// comparison uses rustls's own rendering, never a copy of its text).
+fn tls_error(error: &etcd_client::Error) -> Option<rustls::Error> {
     use etcd_client::Error as E;
     // etcd-client's error has no `source()`: start from what it wraps.
     let mut cause: Option<&(dyn std::error::Error + 'static)> = match error {
@@ -552,18 +582,73 @@ fn tls_error(error: &etcd_client::Error) -> Option<&rustls::Error> {
     };
     while let Some(error) = cause {
         if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls);
+            return Some(tls.clone());
         }
-        if let Some(tls) = error
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
         {
-            return Some(tls);
+            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+                return Some(tls.clone());
+            }
+            if io.kind() == std::io::ErrorKind::InvalidData
+                && let Some(alert) = alert_named_by(&inner.to_string())
+            {
+                return Some(rustls::Error::AlertReceived(alert));
+            }
         }
         cause = error.source();
     }
     None
+}
+
+/// The alert whose rustls error (`Error::AlertReceived`) displays exactly as `message`.
+fn alert_named_by(message: &str) -> Option<rustls::AlertDescription> {
+    (0..=u8::MAX)
+        .map(rustls::AlertDescription::from)
+        .find(|&alert| rustls::Error::AlertReceived(alert).to_string() == message)
+}
+
+/// Whether the member refused the client certificate: the alerts a TLS server sends when it
+/// verifies one (RFC 8446 §6.2; Go's `crypto/tls`, which etcd uses, sends
+/// `certificate_required` for a missing one, `certificate_expired`, `unknown_ca`,
+/// `bad_certificate` for the rest).
+fn client_certificate_refused(tls: &rustls::Error) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        tls,
+        rustls::Error::AlertReceived(
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+        )
+    )
+}
+
+/// Whether the TLS failure is a refused handshake, so that no request on that connection was
+/// served: the client refused the member's certificate, or the member refused the client's
+/// (a server verifies it before it serves anything, also in TLS 1.3 where the client may
+/// already have sent a request). Other alerts (a record that fails to decrypt, say) may end
+/// a connection that served requests.
+fn refused_handshake(tls: &rustls::Error) -> bool {
+    use rustls::Error as E;
+    client_certificate_refused(tls)
+        || matches!(
+            tls,
+            E::InvalidCertificate(_)
+                | E::NoCertificatesPresented
+                | E::UnsupportedNameType
+                | E::PeerIncompatible(_)
+                | E::AlertReceived(
+                    rustls::AlertDescription::HandshakeFailure
+                        | rustls::AlertDescription::ProtocolVersion
+                        | rustls::AlertDescription::InsufficientSecurity
+                )
+        )
 }
 
 fn status_message(error: &etcd_client::Error) -> Option<&str> {
@@ -576,13 +661,19 @@ fn status_message(error: &etcd_client::Error) -> Option<&str> {
 /// Classifies an etcd-client error for the request that met it.
 pub(crate) fn classify(error: &etcd_client::Error) -> (FailureClass, Option<tonic::Code>) {
     use etcd_client::Error as E;
+    let code = match error {
+        E::GRpcStatus(status) => Some(status.code()),
+        _ => None,
+    };
+    // A TLS handshake that failed while connecting (`Unavailable`), or that the member
+    // refused: nothing on that connection was served. (A client certificate refused after the
+    // client's half of a TLS 1.3 handshake comes as `Unknown`, not as `Unavailable`.)
+    if let Some(tls) = tls_error(error)
+        && (code == Some(tonic::Code::Unavailable) || refused_handshake(&tls))
+    {
+        return (FailureClass::NotSent, code);
+    }
     match error {
-        // A TLS handshake that failed while connecting: nothing was sent.
-        E::GRpcStatus(status)
-            if status.code() == tonic::Code::Unavailable && tls_error(error).is_some() =>
-        {
-            (FailureClass::NotSent, Some(status.code()))
-        }
         E::GRpcStatus(status) => (classify_status(status), Some(status.code())),
         // Building the channel failed: nothing was sent.
         E::TransportError(_) => (FailureClass::NotSent, None),
@@ -754,6 +845,59 @@ mod tests {
             etcd_client::Error::GRpcStatus(tonic::Status::unavailable("x")),
         );
         assert!(!plain.is_tls());
+    }
+
+    /// A transport error as tonic reports it: `status` caused by `io`.
+    fn transport_failure(status: tonic::Status, io: std::io::Error) -> EtcdError {
+        let mut status = status;
+        status.set_source(std::sync::Arc::new(io));
+        EtcdError::new("status", "e", etcd_client::Error::GRpcStatus(status))
+    }
+
+    #[test]
+    fn a_client_certificate_refused_by_the_member_is_not_sent_and_typed() {
+        use rustls::AlertDescription as A;
+        for alert in [A::CertificateRequired, A::CertificateExpired, A::UnknownCA] {
+            // As h2 hands it to a stream: an io error re-created from the kind and the
+            // message, the rustls error's type gone.
+            let message = rustls::Error::AlertReceived(alert).to_string();
+            let io = std::io::Error::new(std::io::ErrorKind::InvalidData, message);
+            let error = transport_failure(tonic::Status::unknown("transport error"), io);
+            assert!(error.is_tls(), "{alert:?}");
+            assert!(error.is_client_certificate_refused(), "{alert:?}");
+            assert_eq!(error.class(), FailureClass::NotSent, "{alert:?}");
+            assert!(error.tls_refusal().contains("client certificate"));
+            // Typed, as a handshake of leasehold's own reports it.
+            let io = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(alert),
+            );
+            let error = EtcdError::new("TLS handshake", "e", etcd_client::Error::IoError(io));
+            assert!(error.is_client_certificate_refused(), "{alert:?}");
+            assert_eq!(error.class(), FailureClass::NotSent, "{alert:?}");
+        }
+        // An alert that may end a connection that served requests: TLS, outcome unknown.
+        let message = rustls::Error::AlertReceived(A::BadRecordMac).to_string();
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, message);
+        let error = transport_failure(tonic::Status::unknown("transport error"), io);
+        assert!(error.is_tls() && !error.is_client_certificate_refused());
+        assert_eq!(error.class(), FailureClass::OutcomeUnknown);
+        // Text that only looks like an alert is not one.
+        for text in [
+            "received fatal alert: CertificateRequired, and more",
+            "fatal alert",
+        ] {
+            let io = std::io::Error::new(std::io::ErrorKind::InvalidData, text);
+            let error = transport_failure(tonic::Status::unknown("transport error"), io);
+            assert!(!error.is_tls(), "{text}");
+        }
+        let message = rustls::Error::AlertReceived(A::CertificateRequired).to_string();
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, message);
+        let error = transport_failure(tonic::Status::unknown("transport error"), io);
+        assert!(
+            !error.is_tls(),
+            "only an InvalidData error carries a TLS failure"
+        );
     }
 
     #[test]

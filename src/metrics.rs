@@ -9,14 +9,24 @@
 //! | --- | --- | --- | --- |
 //! | `leasehold_sessions_held` | gauge | | leases handed out and not yet lost |
 //! | `leasehold_acquisitions_total` | counter | `outcome`: `acquired`, `held`, `failed` | acquisition attempts |
-//! | `leasehold_losses_total` | counter | `reason`: `released`, `revoked`, `overtaken`, `expired`, ... | leases lost, by the first reason |
+//! | `leasehold_losses_total` | counter | `reason`: `released`, `revoked`, `overtaken`, `expired`, `keepalive_failed`, `store_closed`, `permission_denied` | leases lost, by the first reason |
 //! | `leasehold_keepalive_round_trip_seconds` | histogram | | from a keepalive's send to its reply |
 //! | `leasehold_validity_slack_seconds` | gauge | | the node lease's deadline minus now, at each renewal |
-//! | `leasehold_appends_total` | counter | `outcome`: `ok`, `fenced`, `unknown`, `failed` | append calls |
+//! | `leasehold_appends_total` | counter | `outcome`: `ok`, `fenced`, `unknown_resolved`, `unknown`, `failed` | append calls |
 //! | `leasehold_append_records_total` | counter | `outcome` | records in those calls |
 //! | `leasehold_append_seconds` | histogram | | an append call, from its start to its answer |
 //! | `leasehold_append_batch_records` | histogram | | records per append transaction (group commit) |
 //! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
+//!
+//! Each append call counts once, under one `outcome`:
+//!
+//! | `outcome` | the call got |
+//! | --- | --- |
+//! | `ok` | its sequence numbers, from etcd's reply to one of the sends |
+//! | `fenced` | `JournalWriteError::Fenced`, from a reply (a failed compare), or because the journal was fenced already |
+//! | `unknown_resolved` | the sends' outcome stayed unknown until the lease stopped being valid, and the resolving read settled it: its sequence numbers (committed) or `Fenced` (not committed) |
+//! | `unknown` | `JournalWriteError::OutcomeUnknown`: not even the resolving read could settle it |
+//! | `failed` | any other error (refused locally, a lost lease, an etcd failure that certainly did not apply) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,18 +122,16 @@ impl Metrics {
         gauge!(VALIDITY_SLACK, self.labels()).set(slack.as_secs_f64());
     }
 
+    /// One append call: its answer, and whether its transaction's outcome was unknown until
+    /// the resolving read settled it.
     pub(crate) fn append<T>(
         &self,
         result: &Result<T, JournalWriteError>,
+        resolved_by_read: bool,
         records: usize,
         took: Duration,
     ) {
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(JournalWriteError::Fenced(_)) => "fenced",
-            Err(JournalWriteError::OutcomeUnknown(_)) => "unknown",
-            Err(_) => "failed",
-        };
+        let outcome = append_outcome(result, resolved_by_read);
         counter!(APPENDS, self.with("outcome", outcome)).increment(1);
         counter!(APPEND_RECORDS, self.with("outcome", outcome)).increment(records as u64);
         histogram!(APPEND_SECONDS, self.labels()).record(took.as_secs_f64());
@@ -138,6 +146,21 @@ impl Metrics {
     }
 }
 
+/// The `outcome` label of an append call (see the [module docs](self)).
+fn append_outcome<T>(
+    result: &Result<T, JournalWriteError>,
+    resolved_by_read: bool,
+) -> &'static str {
+    match result {
+        // Committed or fenced, as only the resolving read could tell.
+        Ok(_) | Err(JournalWriteError::Fenced(_)) if resolved_by_read => "unknown_resolved",
+        Ok(_) => "ok",
+        Err(JournalWriteError::Fenced(_)) => "fenced",
+        Err(JournalWriteError::OutcomeUnknown(_)) => "unknown",
+        Err(_) => "failed",
+    }
+}
+
 fn reason_label(reason: LossReason) -> &'static str {
     match reason {
         LossReason::Released => "released",
@@ -146,5 +169,37 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::Expired => "expired",
         LossReason::KeepaliveFailed => "keepalive_failed",
         LossReason::StoreClosed => "store_closed",
+        LossReason::PermissionDenied => "permission_denied",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{AppendError, EtcdError};
+    use crate::lease::Epoch;
+
+    #[test]
+    fn an_append_counts_under_one_outcome() {
+        let fenced = || {
+            Err::<(), _>(JournalWriteError::Fenced(AppendError {
+                session_id: uuid::Uuid::nil(),
+                epoch: Epoch(7),
+            }))
+        };
+        let unknown = || {
+            let error = EtcdError::timed_out("append", "e", Duration::from_secs(1));
+            Err::<(), _>(JournalWriteError::OutcomeUnknown(error))
+        };
+        assert_eq!(append_outcome(&Ok(()), false), "ok");
+        assert_eq!(append_outcome(&fenced(), false), "fenced");
+        assert_eq!(append_outcome(&unknown(), false), "unknown");
+        assert_eq!(
+            append_outcome(&Err::<(), _>(JournalWriteError::Indeterminate), false),
+            "failed"
+        );
+        // Settled by the resolving read, committed or not.
+        assert_eq!(append_outcome(&Ok(()), true), "unknown_resolved");
+        assert_eq!(append_outcome(&fenced(), true), "unknown_resolved");
     }
 }

@@ -1,6 +1,7 @@
 //! The metrics move by exactly what happened: after a scripted run (acquisitions, a held
-//! acquisition, appends and a batch, a fenced append, an outcome-unknown append, a revoke, an
-//! expiry), each counter of each node shows exactly its count.
+//! acquisition, appends and a batch, a fenced append, an outcome-unknown append, two appends
+//! whose unknown outcome the resolving read settles, a revoke, expiries), each counter of each
+//! node shows exactly its count.
 //!
 //! One test in this binary: it installs the process-wide recorder.
 
@@ -49,6 +50,8 @@ async fn every_counter_moves_by_exactly_what_happened() {
     let b = etcd.store("b", 10).await;
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
     let p = common::store(&[proxy.endpoint()], &etcd.ns, "p", 3).await;
+    let proxy_q = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let q = common::store(&[proxy_q.endpoint()], &etcd.ns, "q", 3).await;
 
     // --- a: one acquisition, four append calls (five records), then a fenced append
     let s1 = Uuid::new_v4();
@@ -89,6 +92,45 @@ async fn every_counter_moves_by_exactly_what_happened() {
         Ok(LossReason::Expired)
     );
 
+    // --- q: one append, then two whose replies are lost until its lease is no longer valid;
+    // then the resolving read gets through and settles each: one committed, one fenced
+    let (s3, s4) = (Uuid::new_v4(), Uuid::new_v4());
+    let l3 = q.acquire_lease(s3).await.unwrap();
+    let l4 = q.acquire_lease(s4).await.unwrap();
+    let j3 = q.open_journal(s3, Some(&l3)).await.unwrap();
+    let j4 = q.open_journal(s4, Some(&l4)).await.unwrap();
+    j3.append("q 0").await.unwrap();
+    proxy_q.drop_replies();
+    // s4's owner key goes (q does not hear of it): its append can never commit.
+    etcd.raw.clone().delete(l4.owner_key(), None).await.unwrap();
+    let (committed, fenced) = tokio::join!(
+        async {
+            let pending = j3.append("q committed");
+            let heal = async {
+                // Healed once the lease is no longer valid: no more re-sends, only the read.
+                tokio::time::timeout(Duration::from_secs(10), async {
+                    while l3.is_valid() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                })
+                .await
+                .expect("q's lease stops being valid");
+                proxy_q.heal();
+            };
+            tokio::join!(pending, heal).0
+        },
+        j4.append("q fenced"),
+    );
+    committed.expect("the resolving read finds it committed");
+    assert!(
+        matches!(fenced, Err(JournalWriteError::Fenced(_))),
+        "{fenced:?}"
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), l3.lost()).await,
+        Ok(LossReason::Expired)
+    );
+
     // --- an operator revokes a's session
     let connection = Connection::connect(ConnectOptions::new([etcd.node.endpoint()]))
         .await
@@ -104,17 +146,24 @@ async fn every_counter_moves_by_exactly_what_happened() {
 
     // --- the scrape
     let samples = parse(&handle.render());
-    let value = |name: &str, node: &str, extra: &[(&str, &str)]| -> f64 {
+    let labels = |node: &str, extra: &[(&str, &str)]| -> BTreeMap<String, String> {
         let mut labels: BTreeMap<String, String> = [("node", node), ("namespace", ns.as_str())]
             .iter()
             .chain(extra)
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         labels.retain(|_, v| !v.is_empty());
+        labels
+    };
+    let value = |name: &str, node: &str, extra: &[(&str, &str)]| -> f64 {
+        let labels = labels(node, extra);
         samples
             .get(&(name.to_owned(), labels.clone()))
             .copied()
             .unwrap_or_else(|| panic!("no {name} {labels:?} in the scrape"))
+    };
+    let has = |name: &str, node: &str, extra: &[(&str, &str)]| -> bool {
+        samples.contains_key(&(name.to_owned(), labels(node, extra)))
     };
     let acquisitions = "leasehold_acquisitions_total";
     assert_eq!(value(acquisitions, "a", &[("outcome", "acquired")]), 1.0);
@@ -128,6 +177,18 @@ async fn every_counter_moves_by_exactly_what_happened() {
     assert_eq!(value(records, "a", &[("outcome", "fenced")]), 1.0);
     assert_eq!(value(appends, "p", &[("outcome", "ok")]), 1.0);
     assert_eq!(value(appends, "p", &[("outcome", "unknown")]), 1.0);
+    assert_eq!(value(appends, "q", &[("outcome", "ok")]), 1.0);
+    assert_eq!(value(appends, "q", &[("outcome", "unknown_resolved")]), 2.0);
+    assert_eq!(value(records, "q", &[("outcome", "unknown_resolved")]), 2.0);
+    // Counted once each: not also as ok, fenced or unknown.
+    for outcome in ["fenced", "unknown", "failed"] {
+        assert!(
+            !has(appends, "q", &[("outcome", outcome)]),
+            "q: an append counted as {outcome}"
+        );
+    }
+    // p's append stayed unknown: not resolved.
+    assert!(!has(appends, "p", &[("outcome", "unknown_resolved")]));
     let losses = "leasehold_losses_total";
     assert_eq!(value(losses, "a", &[("reason", "revoked")]), 1.0);
     assert_eq!(value(losses, "p", &[("reason", "expired")]), 1.0);

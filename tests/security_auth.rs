@@ -1,7 +1,10 @@
 //! etcd authentication and RBAC: a user whose role may write only under `A/` works in
 //! namespace `A` and gets typed, permanent permission errors (fast, never retried) in `B`; a
-//! wrong password is refused with a typed error; a token that expires every 2 s never costs a
-//! lease; and no password or key reaches the command's output, even with debug logging.
+//! store whose role stops covering its namespace loses every lease with a permission reason,
+//! lets its owner keys go and acquires nothing more; a node outside its role says so once, at
+//! error level, and its owner watch does not restart; a wrong password is refused with a
+//! typed error; a token that expires every 2 s never costs a lease; and no password or key
+//! reaches the command's output, even with debug logging.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -102,6 +105,128 @@ async fn a_user_works_in_its_prefix_and_is_denied_elsewhere_with_typed_errors() 
     }
     denied.close().await;
     store.close().await;
+}
+
+/// The user's role stops covering the namespace while the store holds sessions. The owner
+/// watch finds out at its next restart (etcd checks a watch's permission when it is created):
+/// every lease is lost with a permission reason, the owner keys go with the node lease, and
+/// every acquisition fails at once with the permission error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_whose_role_no_longer_covers_its_namespace_loses_every_lease() {
+    let etcd = auth_etcd(&[]).await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
+        .await
+        .unwrap();
+    let mut options = alice(&etcd, "A", PASSWORD);
+    options.endpoints = vec![proxy.endpoint()];
+    let store = Store::connect(options).await.expect("alice connects");
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(store.acquire_lease(Uuid::new_v4()).await.expect("acquires"));
+    }
+
+    // --- phase: the role loses A/, and the watch restarts (its connections are cut)
+    let mut root = etcd.raw_client().await.unwrap();
+    root.role_revoke_permission(
+        "alice",
+        "A/",
+        Some(etcd_client::RoleRevokePermissionOptions::new().with_prefix()),
+    )
+    .await
+    .unwrap();
+    proxy.cut();
+    for lease in &leases {
+        let reason = timeout(Duration::from_secs(5), lease.lost())
+            .await
+            .expect("lost once the watch is refused");
+        assert_eq!(reason, LossReason::PermissionDenied);
+        assert!(!lease.is_valid());
+    }
+
+    // --- phase: acquisitions fail at once, typed and permanent; no standby
+    let started = Instant::now();
+    match store.acquire_lease(Uuid::new_v4()).await {
+        Err(AcquireError::Etcd(error)) => {
+            assert!(error.is_permission_denied(), "{error:?}");
+            assert_eq!(error.class(), FailureClass::Permanent);
+        }
+        other => panic!("not the permission error: {other:?}"),
+    }
+    let waited = timeout(
+        Duration::from_secs(5),
+        store.acquire_lease_wait(Uuid::new_v4(), Duration::from_secs(30)),
+    )
+    .await
+    .expect("never stood by");
+    assert!(
+        matches!(&waited, Err(AcquireError::Etcd(e)) if e.is_permission_denied()),
+        "{waited:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(!store.is_node_lease_valid(), "no node lease is kept");
+
+    // --- phase: no zombie ownership: the owner keys go with the node lease (revoked, or
+    // expired after its TTL of 3 s since it is never renewed again)
+    let count = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    timeout(Duration::from_secs(6), async {
+        while root
+            .get("A/owners/", Some(count.clone()))
+            .await
+            .unwrap()
+            .count()
+            > 0
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the owner keys are gone");
+    store.close().await;
+}
+
+/// `leasehold node` in a namespace outside the user's role: one error line naming the
+/// namespace, and no restart of the owner watch afterwards (with debug logging, where each
+/// restart would show).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_outside_its_role_says_so_once_and_its_watch_stops() {
+    let etcd = auth_etcd(&[]).await;
+    let node = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["node", "--session", &Uuid::new_v4().to_string()])
+        .args(["--ttl", "3", "--namespace", "B", "--node", "alice-node"])
+        .env("LEASEHOLD_ENDPOINTS", etcd.endpoint())
+        .env("LEASEHOLD_USER", "alice")
+        .env("LEASEHOLD_PASSWORD", PASSWORD)
+        .env("LEASEHOLD_LOG", "debug")
+        .env("NO_COLOR", "1")
+        .env_remove("LEASEHOLD_PASSWORD_FILE")
+        .env_remove("LEASEHOLD_CACERT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long enough for several restarts at the longest pause (2 s).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let stopped = Command::new("kill")
+        .args(["-TERM", &node.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let output = node.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let refused: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("ERROR") && line.contains("owner keys"))
+        .collect();
+    assert_eq!(refused.len(), 1, "one error line:\n{stderr}");
+    assert!(refused[0].contains("namespace=B"), "{}", refused[0]);
+    assert!(refused[0].contains("permission denied"), "{}", refused[0]);
+    assert!(
+        !stderr.contains("owner watch restarting"),
+        "the watch was restarted:\n{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,13 +1,18 @@
 //! TLS: with the right CA and a client certificate, leasehold works end to end over
-//! `https://`; a wrong CA, an expired client certificate and a missing one are refused with
-//! typed errors, by the library and by the `leasehold` command (exit code 3).
+//! `https://`; a wrong CA, and a client certificate the member refuses (expired, missing, or
+//! from another CA), are refused with typed TLS errors, by the library and by the `leasehold`
+//! command (exit code 3, one line saying the handshake was refused); `--tls-server-name`
+//! checks the member's certificate against a name of its own.
 
 use std::process::Command;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use leasehold::testing::{EtcdNode, TestCertificates, random_namespace};
-use leasehold::{ConnectError, LossReason, RetryPolicy, Store, StoreError, TlsOptions, Uuid};
+use leasehold::{
+    ConnectError, ConnectOptions, Connection, FailureClass, LossReason, RetryPolicy, Store,
+    StoreError, TlsOptions, Uuid,
+};
 use tokio::time::timeout;
 
 async fn tls_etcd() -> (EtcdNode, TestCertificates) {
@@ -85,19 +90,21 @@ fn quick(tls: TlsOptions, etcd: &EtcdNode) -> leasehold::StoreOptions {
     options
 }
 
-/// A refused handshake: `ConnectError::Unreachable` (exit code 3 from the command). When the
-/// client refuses the member's certificate, the error says it is TLS (`is_tls`); when the
-/// member refuses the client's, TLS 1.3 tells the client only after its handshake completed,
-/// as a connection the member closed, and `is_tls` cannot say more.
-fn refused_by_tls(result: Result<Store, StoreError>, what: &str, client_side: bool) {
+/// A refused handshake: `ConnectError::Tls` (exit code 3 from the command), a TLS failure
+/// (`is_tls`) that sent nothing. `client_certificate`: the member refused the client's
+/// certificate, rather than the client the member's.
+fn refused_by_tls(result: Result<Store, StoreError>, what: &str, client_certificate: bool) {
     match result {
-        Err(StoreError::Connect(ConnectError::Unreachable { source, .. })) => {
+        Err(StoreError::Connect(ConnectError::Tls { source, .. })) => {
             println!("{what}: {source:?}");
-            assert_eq!(source.is_tls(), client_side, "{what}: {source:?}");
+            assert!(source.is_tls(), "{what}: {source:?}");
+            assert_eq!(
+                source.is_client_certificate_refused(),
+                client_certificate,
+                "{what}: {source:?}"
+            );
             assert!(!source.is_auth_failed() && !source.is_permission_denied());
-            if client_side {
-                assert_eq!(source.class(), leasehold::FailureClass::NotSent);
-            }
+            assert_eq!(source.class(), FailureClass::NotSent, "{what}: {source:?}");
         }
         Err(other) => panic!("{what}: another error: {other:?}"),
         Ok(_) => panic!("{what}: connected"),
@@ -115,25 +122,48 @@ async fn a_wrong_ca_an_expired_and_a_missing_client_certificate_are_refused() {
     refused_by_tls(
         Store::connect(quick(wrong_ca, &etcd)).await,
         "a wrong CA",
-        true,
+        false,
     );
 
-    // A client certificate that expired.
+    // The member refuses the client certificate: expired, missing, or signed by another CA.
     let (expired, expired_key) = certificates.expired_client_certificate().unwrap();
-    let expired = TlsOptions::new(certificates.ca_pem()).with_client_identity(expired, expired_key);
-    refused_by_tls(
-        Store::connect(quick(expired, &etcd)).await,
-        "an expired client certificate",
-        false,
-    );
-
-    // No client certificate, where the member requires one.
-    let missing = TlsOptions::new(certificates.ca_pem());
-    refused_by_tls(
-        Store::connect(quick(missing, &etcd)).await,
-        "a missing client certificate",
-        false,
-    );
+    let (foreign, foreign_key) = other.client_pem();
+    let refusals = [
+        (
+            "an expired client certificate",
+            TlsOptions::new(certificates.ca_pem()).with_client_identity(expired, expired_key),
+        ),
+        (
+            "a missing client certificate",
+            TlsOptions::new(certificates.ca_pem()),
+        ),
+        (
+            "a client certificate from another CA",
+            TlsOptions::new(certificates.ca_pem()).with_client_identity(foreign, foreign_key),
+        ),
+    ];
+    for (what, tls) in &refusals {
+        refused_by_tls(Store::connect(quick(tls.clone(), &etcd)).await, what, true);
+        // TLS 1.3 tells the client after its half of the handshake, and a request may meet
+        // the closed connection before the alert: either way, every attempt is a typed
+        // refusal. One attempt each (a long backoff), many times.
+        for _ in 0..8 {
+            let options = ConnectOptions::new([etcd.endpoint()])
+                .with_tls(tls.clone())
+                .with_retry(
+                    RetryPolicy::default()
+                        .with_deadline(Duration::from_secs(2))
+                        .with_backoff(Duration::from_secs(10), Duration::from_secs(10)),
+                );
+            match Connection::connect(options).await {
+                Err(ConnectError::Tls { source, .. }) => {
+                    assert!(source.is_client_certificate_refused(), "{what}: {source:?}");
+                    assert_eq!(source.class(), FailureClass::NotSent, "{what}: {source:?}");
+                }
+                other => panic!("{what}: not a refused handshake: {other:?}"),
+            }
+        }
+    }
 
     // The command says the same with exit code 3, for `status` and `owners`.
     let dir = tempfile::tempdir().unwrap();
@@ -149,6 +179,9 @@ async fn a_wrong_ca_an_expired_and_a_missing_client_certificate_are_refused() {
     let (expired, expired_key) = certificates.expired_client_certificate().unwrap();
     let expired = write("expired.pem", &expired);
     let expired_key = write("expired-key.pem", &expired_key);
+    let (foreign, foreign_key) = other.client_pem();
+    let foreign = write("foreign.pem", foreign);
+    let foreign_key = write("foreign-key.pem", foreign_key);
     let leasehold = |command: &str, flags: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .arg(command)
@@ -163,22 +196,116 @@ async fn a_wrong_ca_an_expired_and_a_missing_client_certificate_are_refused() {
     for command in ["status", "owners"] {
         let (code, stderr) = leasehold(command, &["--cacert", &ca, "--cert", &cert, "--key", &key]);
         assert_eq!(code, 0, "{command} with the right CA: {stderr}");
-        for (what, flags) in [
+        for (what, flags, client_certificate) in [
             (
                 "a wrong CA",
                 vec!["--cacert", &wrong_ca, "--cert", &cert, "--key", &key],
+                false,
             ),
             (
                 "an expired client certificate",
                 vec!["--cacert", &ca, "--cert", &expired, "--key", &expired_key],
+                true,
             ),
-            ("a missing client certificate", vec!["--cacert", &ca]),
+            ("a missing client certificate", vec!["--cacert", &ca], true),
+            (
+                "a client certificate from another CA",
+                vec!["--cacert", &ca, "--cert", &foreign, "--key", &foreign_key],
+                true,
+            ),
         ] {
-            let (code, stderr) = leasehold(command, &flags);
-            assert_eq!(code, 3, "{command} with {what}: {stderr}");
-            assert_eq!(stderr.lines().count(), 1, "{stderr}");
-            assert!(stderr.contains("no etcd endpoint answered"), "{stderr}");
-            println!("{command} with {what}: {stderr}");
+            // Several runs: each must tell the refusal, however the connection ended.
+            for _ in 0..3 {
+                let (code, stderr) = leasehold(command, &flags);
+                assert_eq!(code, 3, "{command} with {what}: {stderr}");
+                assert_eq!(stderr.lines().count(), 1, "{stderr}");
+                assert!(
+                    stderr.contains("TLS handshake"),
+                    "{command} with {what}: {stderr}"
+                );
+                assert_eq!(
+                    stderr.contains("refused the TLS handshake: the client certificate"),
+                    client_certificate,
+                    "{command} with {what}: {stderr}"
+                );
+                println!("{command} with {what}: {stderr}");
+            }
         }
     }
+}
+
+/// `--tls-server-name` (or `LEASEHOLD_TLS_SERVER_NAME`): an endpoint given by an address that
+/// the member's certificate does not name is refused, unless the certificate is checked
+/// against a name it does hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tls_server_name_flag_checks_the_certificate_against_the_name_given() {
+    let (etcd, certificates) = tls_etcd().await;
+    // 127.0.0.2 is a loopback address too, and Docker publishes the member's port on every
+    // address; the member's certificate names only localhost, 127.0.0.1 and ::1.
+    let (_, port) = etcd.endpoint().rsplit_once(':').unwrap();
+    let endpoint = format!("https://127.0.0.2:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (cert, key) = certificates.client_pem();
+    let ca = write("ca.pem", certificates.ca_pem());
+    let cert = write("client.pem", cert);
+    let key = write("client-key.pem", key);
+    let leasehold = |command: &str, flags: &[&str], name_env: Option<&str>| {
+        let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        run.arg(command)
+            .args(["--endpoints", &endpoint, "--connect-timeout", "2"])
+            .args(["--cacert", &ca, "--cert", &cert, "--key", &key])
+            .args(flags)
+            .env_remove("LEASEHOLD_ENDPOINTS")
+            .env_remove("LEASEHOLD_TLS_SERVER_NAME");
+        if let Some(name) = name_env {
+            run.env("LEASEHOLD_TLS_SERVER_NAME", name);
+        }
+        let output = run.output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code().unwrap_or(-1), stderr)
+    };
+    for command in ["status", "owners"] {
+        // By address: the certificate does not name 127.0.0.2.
+        let (code, stderr) = leasehold(command, &[], None);
+        println!("{command} by address: {stderr}");
+        assert_eq!(code, 3, "{command} by address: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("TLS handshake"), "{stderr}");
+        // Checked against a name the certificate holds: it works, by flag and by variable.
+        let (code, stderr) = leasehold(command, &["--tls-server-name", "localhost"], None);
+        assert_eq!(code, 0, "{command} --tls-server-name localhost: {stderr}");
+        let (code, stderr) = leasehold(command, &[], Some("localhost"));
+        assert_eq!(
+            code, 0,
+            "{command} LEASEHOLD_TLS_SERVER_NAME=localhost: {stderr}"
+        );
+        // A name the certificate does not hold: refused like the address.
+        let (code, stderr) = leasehold(command, &["--tls-server-name", "etcd.example"], None);
+        assert_eq!(
+            code, 3,
+            "{command} --tls-server-name etcd.example: {stderr}"
+        );
+        assert!(stderr.contains("TLS handshake"), "{stderr}");
+    }
+    // Not a name at all: bad input.
+    let (code, stderr) = leasehold("status", &["--tls-server-name", "not a name"], None);
+    assert_eq!(code, 2, "{stderr}");
+    // Only with TLS.
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "status",
+            "--endpoints",
+            &endpoint,
+            "--tls-server-name",
+            "localhost",
+        ])
+        .env_remove("LEASEHOLD_CACERT")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
 }

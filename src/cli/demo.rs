@@ -134,7 +134,8 @@ pub(crate) async fn run(common: &Common) -> Result<(), Failure> {
         let removed = match Connection::connect(options).await {
             Ok(connection) => connection.delete_prefix(&namespace.prefix()).await,
             Err(error) => Err(match error {
-                leasehold::ConnectError::Unreachable { source, .. } => source,
+                leasehold::ConnectError::Unreachable { source, .. }
+                | leasehold::ConnectError::Tls { source, .. } => source,
                 other => return result.and(Err(Failure::usage(other))),
             }),
         };

@@ -25,10 +25,11 @@ Exit codes:
   3  etcd unreachable or unavailable, also a TLS handshake etcd or leasehold refuses
      (a wrong CA, an expired or missing client certificate)
 
-Secured etcd: --cacert, --cert, --key (TLS), --user with --password-file or
-LEASEHOLD_PASSWORD (authentication); each flag also as LEASEHOLD_CACERT, LEASEHOLD_CERT,
-LEASEHOLD_KEY, LEASEHOLD_USER, LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a
-namespace outside its roles) fails with exit code 1.
+Secured etcd: --cacert, --cert, --key, --tls-server-name (TLS), --user with
+--password-file or LEASEHOLD_PASSWORD (authentication); each flag also as LEASEHOLD_CACERT,
+LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_TLS_SERVER_NAME, LEASEHOLD_USER,
+LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a namespace outside its roles) fails
+with exit code 1.
 
 --json output: one documented schema per command (owners, journal show, journal trim,
 journal delete, revoke, check); see the crate documentation of the leasehold tool.";
@@ -106,6 +107,16 @@ pub(crate) struct Common {
         global = true
     )]
     key: Option<PathBuf>,
+    /// TLS: the name the members' certificates are checked against, instead of each
+    /// endpoint's host (for endpoints given by IP address whose certificates name a DNS
+    /// name); with --cacert.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TLS_SERVER_NAME",
+        value_name = "NAME",
+        global = true
+    )]
+    tls_server_name: Option<String>,
     /// The etcd user to authenticate as. The password is read from --password-file or the
     /// environment variable LEASEHOLD_PASSWORD, never from a flag.
     #[arg(long, env = "LEASEHOLD_USER", value_name = "NAME", global = true)]
@@ -197,11 +208,11 @@ impl Failure {
         }
     }
 
-    /// Connecting failed: exit code 3 when no endpoint answered (TLS refusals included), 2
-    /// for bad endpoints and refused credentials.
+    /// Connecting failed: exit code 3 when no endpoint answered or the TLS handshake was
+    /// refused, 2 for bad endpoints and refused credentials.
     pub(crate) fn connect(error: ConnectError) -> Self {
         match error {
-            ConnectError::Unreachable { .. } => Self {
+            ConnectError::Unreachable { .. } | ConnectError::Tls { .. } => Self {
                 error: Box::new(error),
                 code: 3,
             },
@@ -249,19 +260,30 @@ impl Common {
         }
         let tls = match &self.cacert {
             Some(ca) => {
-                let tls = TlsOptions::new(read("--cacert", ca)?);
-                Some(match (&self.cert, &self.key) {
-                    (Some(cert), Some(key)) => {
-                        tls.with_client_identity(read("--cert", cert)?, read("--key", key)?)
-                    }
-                    _ => tls,
-                })
+                let mut tls = TlsOptions::new(read("--cacert", ca)?);
+                if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+                    tls = tls.with_client_identity(read("--cert", cert)?, read("--key", key)?);
+                }
+                if let Some(name) = &self.tls_server_name {
+                    tls = tls.with_domain_name(name);
+                }
+                Some(tls)
+            }
+            // Checked here rather than by clap: a global flag's `requires` misses a --cacert
+            // given after the command when the name comes from the environment.
+            None if self.tls_server_name.is_some() => {
+                return Err(Failure::message(
+                    "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME) needs --cacert",
+                    2,
+                ));
             }
             None => None,
         };
         let password = match &self.password_file {
             Some(path) => {
-                let text = String::from_utf8(read("--password-file", path)?).map_err(|_| {
+                // The file's bytes are wiped once its first line is taken.
+                let bytes = zeroize::Zeroizing::new(read("--password-file", path)?);
+                let text = std::str::from_utf8(&bytes).map_err(|_| {
                     Failure::message(
                         format!("--password-file {} is not UTF-8", path.display()),
                         2,
@@ -353,10 +375,12 @@ impl Common {
 /// The exit code of a failed store connect.
 pub(crate) fn store_failure(error: StoreError) -> Failure {
     match error {
-        StoreError::Connect(ConnectError::Unreachable { .. }) => Failure {
-            error: Box::new(error),
-            code: 3,
-        },
+        StoreError::Connect(ConnectError::Unreachable { .. } | ConnectError::Tls { .. }) => {
+            Failure {
+                error: Box::new(error),
+                code: 3,
+            }
+        }
         StoreError::Grant(ref grant) => Failure::etcd(grant.class(), error),
         _ => Failure::usage(error),
     }

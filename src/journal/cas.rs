@@ -159,6 +159,20 @@ impl AppendTxn {
         ownership: &Ownership,
         stop: &CancellationToken,
     ) -> Sent {
+        self.send_telling_how(connection, policy, ownership, stop)
+            .await
+            .0
+    }
+
+    /// [`send`](Self::send), and whether the resolving read settled the outcome (see
+    /// [`settle_telling_how`](Self::settle_telling_how)).
+    pub(crate) async fn send_telling_how(
+        &self,
+        connection: &Connection,
+        policy: &WritePolicy,
+        ownership: &Ownership,
+        stop: &CancellationToken,
+    ) -> (Sent, bool) {
         let written = write::send(
             connection,
             policy,
@@ -169,7 +183,16 @@ impl AppendTxn {
             stop,
         )
         .await;
-        self.settle(written)
+        self.settle_telling_how(written)
+    }
+
+    /// [`settle`](Self::settle), and whether the outcome was unknown until the resolving read
+    /// settled it: committed or fenced, found by that read rather than by a reply.
+    pub(crate) fn settle_telling_how(&self, written: Written) -> (Sent, bool) {
+        let by_read = matches!(written, Written::Resolved { .. });
+        let sent = self.settle(written);
+        let resolved = by_read && matches!(sent, Sent::Committed { .. } | Sent::Fenced);
+        (sent, resolved)
     }
 
     /// Sends it once, and never settles an unknown outcome: only for
@@ -361,6 +384,30 @@ mod tests {
         assert_eq!(resolved(None, Some(owner(epoch + 1))), "Fenced");
         // No record yet while the owner key is still ours: it may still commit.
         assert!(resolved(None, Some(owner(epoch))).starts_with("Unknown("));
+    }
+
+    #[test]
+    fn only_an_outcome_the_resolving_read_settles_counts_as_resolved() {
+        let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let how = |written| append(ours).settle_telling_how(written).1;
+        let read = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| Written::Resolved {
+            read: reply(true, vec![first, owner]),
+            unknown: unknown(),
+        };
+        // Settled by the read: committed, or fenced.
+        assert!(how(read(Some(record(ours)), None)));
+        assert!(how(read(Some(record(theirs)), None)));
+        assert!(how(read(None, None)));
+        // The read could not settle it.
+        assert!(!how(read(None, Some(owner(EPOCH.revision())))));
+        // A reply settled it, or nothing did.
+        assert!(!how(Written::Replied(reply(true, vec![]))));
+        assert!(!how(Written::Replied(reply(
+            false,
+            vec![Some(record(ours))]
+        ))));
+        assert!(!how(Written::Unknown(unknown())));
+        assert!(!how(Written::Failed(unknown())));
     }
 
     #[test]

@@ -254,8 +254,12 @@ pub(crate) struct JournalContext {
 /// An append waiting for its turn: its payloads, and where its answer goes.
 struct Queued {
     payloads: Vec<Vec<u8>>,
-    reply: oneshot::Sender<Result<Appended, JournalWriteError>>,
+    reply: oneshot::Sender<Answer>,
 }
+
+/// What an append call is told, and whether its transaction's outcome was unknown until the
+/// resolving read settled it (for the metrics).
+type Answer = (Result<Appended, JournalWriteError>, bool);
 
 /// A session's journal, open for appending under one lease. One transaction is in flight at a
 /// time; the appends that arrive meanwhile are committed together in the next one.
@@ -407,16 +411,16 @@ impl Journal {
         }
         let started = tokio::time::Instant::now();
         let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
-        let answered = self.answer(payloads).instrument(span).await;
+        let (answered, resolved) = self.answer(payloads).instrument(span).await;
         self.context
             .metrics
-            .append(&answered, payloads.len(), started.elapsed());
+            .append(&answered, resolved, payloads.len(), started.elapsed());
         answered
     }
 
     /// Queues the append and waits for its answer: from whoever committed the batch it was
     /// in, or from committing the next batch itself.
-    async fn answer<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<Appended, JournalWriteError> {
+    async fn answer<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Answer {
         let (reply, mut answer) = oneshot::channel();
         self.queue().push_back(Queued {
             payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
@@ -426,7 +430,7 @@ impl Journal {
             // Answered by whoever committed the batch this append was in; or the committer.
             let mut writer = tokio::select! {
                 biased;
-                answer = &mut answer => return answer.unwrap_or(Err(JournalWriteError::Indeterminate)),
+                answer = &mut answer => return answer.unwrap_or((Err(JournalWriteError::Indeterminate), false)),
                 writer = self.writer.lock() => writer,
             };
             if let Ok(answer) = answer.try_recv() {
@@ -483,7 +487,7 @@ impl Journal {
             .iter()
             .flat_map(|queued| queued.payloads.iter().map(Vec::as_slice))
             .collect();
-        let result = self.commit(writer, &payloads).await;
+        let (result, resolved) = self.commit(writer, &payloads).await;
         let mut first_seq = result.as_ref().map_or(0, |appended| appended.first_seq);
         for queued in batch {
             let answer = result.clone().map(|appended| {
@@ -497,15 +501,25 @@ impl Journal {
                 own
             });
             // A caller that went away meanwhile no longer needs its answer.
-            let _ = queued.reply.send(answer);
+            let _ = queued.reply.send((answer, resolved));
         }
     }
 
-    /// Appends `payloads` in one transaction, under the writer's lock.
-    async fn commit(
+    /// Appends `payloads` in one transaction, under the writer's lock; and whether its
+    /// outcome was unknown until the resolving read settled it.
+    async fn commit(&self, writer: &mut Writer, payloads: &[&[u8]]) -> Answer {
+        let mut resolved = false;
+        let result = self.commit_telling(writer, payloads, &mut resolved).await;
+        (result, resolved)
+    }
+
+    /// [`commit`](Self::commit)'s body; sets `resolved` when the resolving read settled the
+    /// transaction's outcome.
+    async fn commit_telling(
         &self,
         writer: &mut Writer,
         payloads: &[&[u8]],
+        resolved: &mut bool,
     ) -> Result<Appended, JournalWriteError> {
         match writer.condition {
             Condition::Open => {}
@@ -558,7 +572,8 @@ impl Journal {
                 settled: false,
             };
             let context = &self.context;
-            let sent = mutant.send(&append, context, &self.ownership).await;
+            let sent;
+            (sent, *resolved) = mutant.send(&append, context, &self.ownership).await;
             in_flight.settled = true;
             writer.condition = Condition::Open;
             // The protocol as written sends once; a broken variant may send again.

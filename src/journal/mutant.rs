@@ -46,17 +46,22 @@ impl Mutant {
     }
 
     /// Sends `append`: as the protocol says, or once and without settling an unknown
-    /// outcome for [`Mutant::BlindReapply`].
+    /// outcome for [`Mutant::BlindReapply`]. Also says whether a resolving read settled the
+    /// outcome (see [`AppendTxn::send_telling_how`]).
     pub(crate) async fn send(
         self,
         append: &AppendTxn,
         context: &JournalContext,
         ownership: &Ownership,
-    ) -> Sent {
+    ) -> (Sent, bool) {
         let (connection, policy, stop) = (&context.connection, &context.policy, &context.stop);
         match self {
-            Mutant::BlindReapply => append.send_once(connection, policy, stop).await,
-            _ => append.send(connection, policy, ownership, stop).await,
+            Mutant::BlindReapply => (append.send_once(connection, policy, stop).await, false),
+            _ => {
+                append
+                    .send_telling_how(connection, policy, ownership, stop)
+                    .await
+            }
         }
     }
 

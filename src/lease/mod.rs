@@ -18,6 +18,7 @@
 //! | [`Expired`](LossReason::Expired) | the local validity deadline passed without a renewal |
 //! | [`KeepaliveFailed`](LossReason::KeepaliveFailed) | etcd answered a keepalive saying the node lease is gone |
 //! | [`StoreClosed`](LossReason::StoreClosed) | the [`Store`](crate::Store) was closed or dropped |
+//! | [`PermissionDenied`](LossReason::PermissionDenied) | etcd refused the owner watch the namespace's owner keys: the store's user lacks the permission |
 //!
 //! The journal and object GC receive only an [`Ownership`]: the same session, epoch, validity
 //! and loss signal, and a [`guard`](Ownership::guard) that makes an etcd transaction
@@ -79,6 +80,10 @@ pub enum LossReason {
     KeepaliveFailed,
     /// The store that held the lease was closed.
     StoreClosed,
+    /// etcd denies the store's user the namespace's owner keys (its roles do not cover the
+    /// namespace), so the store can no longer learn who owns its sessions: every lease of the
+    /// store is lost, and its acquisitions fail with the permission error.
+    PermissionDenied,
 }
 
 impl fmt::Display for LossReason {
@@ -90,6 +95,7 @@ impl fmt::Display for LossReason {
             LossReason::Expired => "expired",
             LossReason::KeepaliveFailed => "keepalive failed",
             LossReason::StoreClosed => "store closed",
+            LossReason::PermissionDenied => "permission denied",
         })
     }
 }

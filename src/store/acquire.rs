@@ -93,6 +93,8 @@ impl StoreShared {
     }
 
     async fn acquire_once(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+        // The store's user may not see its namespace: permanent (see the owner watch).
+        self.refused()?;
         let node = self
             .current_node()
             .filter(|node| node.is_valid())
@@ -139,9 +141,20 @@ impl StoreShared {
         };
         let lease = Lease::new(state, self.clone());
         // Lost while it was being registered: the lease is dropped here, which releases it.
-        hand_out(lease.loss_reason())?;
+        if let Err(error) = hand_out(lease.loss_reason()) {
+            self.refused()?;
+            return Err(error);
+        }
         tracing::debug!(%session, %epoch, "acquired");
         Ok(lease)
+    }
+
+    /// The owner watch's refusal, if etcd denied the store's user the owner keys.
+    fn refused(&self) -> Result<(), AcquireError> {
+        match self.refusal.error() {
+            Some(denied) => Err(AcquireError::Etcd(denied.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Reads what the acquisition came to (see the module docs).
@@ -208,6 +221,7 @@ mod tests {
             LossReason::Expired,
             LossReason::KeepaliveFailed,
             LossReason::StoreClosed,
+            LossReason::PermissionDenied,
         ] {
             let refused = hand_out(Some(reason)).unwrap_err();
             // A standby goes on standing by, except when the store is closed.

@@ -67,14 +67,19 @@ enum End {
 }
 
 /// The keepalive task: keeps each generation of the node lease alive until it is lost, then
-/// replaces it; on shutdown, loses every lease and revokes the node lease.
+/// replaces it; on shutdown, loses every lease and revokes the node lease. Once etcd denies
+/// the store's user its namespace (the owner watch's refusal), it loses every lease, lets the
+/// node lease go and grants no other.
 pub(super) async fn run(
     shared: Arc<StoreShared>,
     mut node: Arc<NodeLease>,
     mut validity: Validity,
 ) {
     loop {
-        let end = keep_alive(&shared, &node, &mut validity).await;
+        let end = tokio::select! {
+            end = keep_alive(&shared, &node, &mut validity) => end,
+            () = shared.refusal.refused() => End::Lost(LossReason::PermissionDenied),
+        };
         // Never renew this lease ID again: the server may still hold it, but our view of its
         // validity is gone.
         node.mark_lost(match end {
@@ -85,6 +90,15 @@ pub(super) async fn run(
         match end {
             End::Shutdown => {
                 shared.lose_all(None, LossReason::StoreClosed);
+                revoke(&shared.connection, node.id).await;
+                return;
+            }
+            End::Lost(reason @ LossReason::PermissionDenied) => {
+                // The owner watch has logged why. The keys attached to the lease go with it:
+                // revoked, or (when etcd refuses the revoke too) expired, since it is never
+                // renewed again.
+                tracing::warn!(lease = node.id, %reason, "node lease let go; no fresh one is granted");
+                shared.lose_all(Some(node.id), reason);
                 revoke(&shared.connection, node.id).await;
                 return;
             }

@@ -43,7 +43,22 @@
 //! reconciles the sessions it cares about with what it read, then watches from R + 1, so no
 //! change is missed across a restart, a compaction or a member change. The watch is created
 //! with `require_leader`, so a member cut off from the leader cancels it instead of stalling
-//! it, and the store moves to another endpoint.
+//! it, and the store moves to another endpoint. A failed run is restarted after 100 ms,
+//! doubling up to 2 s while runs keep failing, and back to 100 ms once a run was healthy (its
+//! watch delivered, or stayed open for 10 s).
+//!
+//! # A namespace outside the user's roles
+//!
+//! When etcd denies the store's user the owner keys (permission denied: its roles do not cover
+//! `{ns}/`), nothing the store holds can be watched, and retrying cannot help. The watch does
+//! not restart: it logs the refusal once, at error level, with the namespace. Every lease of
+//! the store is then lost ([`PermissionDenied`](crate::LossReason::PermissionDenied)), its
+//! node lease is no longer renewed (it is revoked, best effort, or expires by itself: owner
+//! keys must not outlive the handles that were told they are lost), no fresh one is granted,
+//! and every later [`Store::acquire_lease`] and [`Store::acquire_lease_wait`] fails at once
+//! with the permission error ([`AcquireError::Etcd`], [`EtcdError::is_permission_denied`],
+//! permanent). A role changed while the watch runs is found at the watch's next restart (etcd
+//! checks a watch's permission when it is created). Fix the role, then connect a new store.
 
 mod acquire;
 mod cleanup;
@@ -256,6 +271,32 @@ fn default_node_name() -> String {
         .unwrap_or_else(|| format!("node-{}", &Uuid::new_v4().simple().to_string()[..8]))
 }
 
+/// The owner watch's permanent refusal: etcd denied the store's user the owner keys. Set
+/// once; the keepalive and the acquisitions act on it (see the [module docs](self)).
+#[derive(Default)]
+pub(crate) struct Refusal {
+    error: std::sync::OnceLock<EtcdError>,
+    signal: CancellationToken,
+}
+
+impl Refusal {
+    /// Records the refusal (the first one counts).
+    pub(crate) fn refuse(&self, error: EtcdError) {
+        let _ = self.error.set(error);
+        self.signal.cancel();
+    }
+
+    /// The permission error, once refused.
+    pub(crate) fn error(&self) -> Option<&EtcdError> {
+        self.error.get()
+    }
+
+    /// Resolves once refused.
+    pub(crate) async fn refused(&self) {
+        self.signal.cancelled().await;
+    }
+}
+
 /// What a store's handles and tasks share.
 pub(crate) struct StoreShared {
     pub(crate) connection: Connection,
@@ -277,6 +318,8 @@ pub(crate) struct StoreShared {
     /// The names of cleanup jobs queued or running, so that none is queued twice.
     cleanups: cleanup::Claims,
     pub(crate) shutdown: CancellationToken,
+    /// Set when etcd denies the store's user its namespace's owner keys.
+    pub(crate) refusal: Refusal,
     pub(crate) tasks: TaskTracker,
     pub(crate) metrics: Metrics,
     /// Names this store (node, namespace) in the logs: the parent of its tasks' and its
@@ -351,6 +394,7 @@ impl Store {
             cleanup,
             cleanups: cleanup::Claims::default(),
             shutdown: CancellationToken::new(),
+            refusal: Refusal::default(),
             tasks: TaskTracker::new(),
         });
         let span = shared.span().clone();
@@ -412,6 +456,11 @@ impl Store {
     }
 
     /// Acquires `session` if nobody owns it. One transaction; see the module docs.
+    ///
+    /// Fails at once with the permission error ([`AcquireError::Etcd`],
+    /// [`EtcdError::is_permission_denied`]) once etcd has denied the store's user its
+    /// namespace's owner keys (see [a namespace outside the user's
+    /// roles](self#a-namespace-outside-the-users-roles)).
     #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session))]
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
         if self.shared.shutdown.is_cancelled() {

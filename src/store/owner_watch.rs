@@ -1,16 +1,24 @@
 //! The store's one watch on `{ns}/owners/`: snapshot, reconcile, then follow.
+//!
+//! A run that fails is restarted (see [`RestartBackoff`]), except when etcd denies the
+//! store's user the owner keys (permission denied: its roles do not cover the namespace).
+//! That is permanent: the watch logs it once, at error level, records it as the store's
+//! [refusal](super::Refusal) and stops. The keepalive then loses every lease of the store
+//! ([`LossReason::PermissionDenied`](crate::LossReason::PermissionDenied)) and lets the node
+//! lease go, and every acquisition fails with that permission error.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue, WatchOptions};
-use tokio::time::sleep;
+use tokio::time::{Instant, sleep};
 use uuid::Uuid;
 
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
+use crate::error::EtcdError;
 
 /// The owner keys at one revision.
 struct Snapshot {
@@ -40,32 +48,153 @@ impl Snapshot {
     }
 }
 
+/// The pause before each restart of the owner watch: 100 ms after the first failure,
+/// doubling up to 2 s while runs keep failing; back to 100 ms after a run that was healthy,
+/// so that one blip long ago does not make every later restart wait the longest pause. A run
+/// was healthy when its watch was established (etcd said it is created) and then delivered a
+/// response (events or a progress notification), or stayed established for
+/// [`STEADY`](Self::STEADY).
+#[derive(Debug)]
+struct RestartBackoff {
+    next: Duration,
+    /// When this run's watch was opened.
+    opened: Option<Instant>,
+    /// Whether this run's watch delivered a response.
+    delivered: bool,
+}
+
+impl RestartBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+    /// How long a watch that delivers nothing (a quiet namespace) must stay open to count as
+    /// healthy.
+    const STEADY: Duration = Duration::from_secs(10);
+
+    fn new() -> Self {
+        Self {
+            next: Self::FIRST,
+            opened: None,
+            delivered: false,
+        }
+    }
+
+    /// The run's watch is established.
+    fn opened(&mut self, now: Instant) {
+        self.opened = Some(now);
+    }
+
+    /// The run's watch delivered a response.
+    fn delivered(&mut self) {
+        self.delivered = true;
+    }
+
+    /// The run ended at `now` and the watch restarts: how long to wait first. The next run
+    /// starts afresh.
+    fn pause(&mut self, now: Instant) -> Duration {
+        let healthy = self
+            .opened
+            .is_some_and(|opened| self.delivered || now.duration_since(opened) >= Self::STEADY);
+        if healthy {
+            self.next = Self::FIRST;
+        }
+        let pause = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        self.opened = None;
+        self.delivered = false;
+        pause
+    }
+}
+
+/// Why a run of the watch ended, other than the store's shutdown.
+#[derive(Debug, thiserror::Error)]
+enum Restart {
+    #[error("reading the owner keys failed")]
+    Snapshot(#[source] EtcdError),
+    #[error("opening the watch failed")]
+    Open(#[source] EtcdError),
+    #[error("opening the watch on {endpoint} timed out")]
+    OpenTimedOut { endpoint: String },
+    #[error("the watch on {endpoint} ended")]
+    Ended { endpoint: String },
+    #[error("the watch failed")]
+    Failed(#[source] EtcdError),
+    /// Compaction, "no leader" under require_leader, a permission refused at creation: a new
+    /// snapshot covers the gap (and says, typed, whether the permission is missing).
+    #[error(
+        "the watch on {endpoint} was cancelled (compact revision {compact_revision}, reason {reason:?})"
+    )]
+    Cancelled {
+        endpoint: String,
+        compact_revision: i64,
+        reason: String,
+    },
+}
+
+impl Restart {
+    /// The permission error, when etcd denies the store's user the owner keys: permanent.
+    fn permission_denied(&self) -> Option<&EtcdError> {
+        match self {
+            Restart::Snapshot(error) | Restart::Open(error) | Restart::Failed(error)
+                if error.is_permission_denied() =>
+            {
+                Some(error)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `error: cause: cause`, for the logs.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        line.push_str(": ");
+        line.push_str(&next.to_string());
+        cause = next.source();
+    }
+    line
+}
+
 pub(super) async fn run(shared: Arc<StoreShared>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = RestartBackoff::new();
     loop {
         if shared.shutdown.is_cancelled() {
             return;
         }
-        match follow(&shared).await {
+        match follow(&shared, &mut backoff).await {
             Ok(()) => return,
-            Err(reason) => {
-                tracing::debug!(%reason, "owner watch restarting");
+            Err(restart) => {
+                if let Some(denied) = restart.permission_denied() {
+                    tracing::error!(
+                        namespace = %shared.namespace,
+                        prefix = %shared.namespace.owners_prefix(),
+                        error = %with_causes(&restart),
+                        "etcd denies this store's user the namespace's owner keys: its roles do \
+                         not cover the namespace. The owner watch stops, every lease of this \
+                         store is lost and acquisitions fail; grant the role readwrite on the \
+                         namespace's prefix and start the store again"
+                    );
+                    shared.refusal.refuse(denied.clone());
+                    return;
+                }
+                tracing::debug!(reason = %with_causes(&restart), "owner watch restarting");
                 shared.metrics.watch_restart();
                 shared.connection.rotate();
             }
         }
         tokio::select! {
-            _ = sleep(backoff) => {}
+            _ = sleep(backoff.pause(Instant::now())) => {}
             _ = shared.shutdown.cancelled() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
-/// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart.
-async fn follow(shared: &StoreShared) -> Result<(), String> {
+/// One run of the watch: returns `Ok` on shutdown, `Err` when it must restart. Tells
+/// `backoff` when the watch is open and when it delivers.
+async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<(), Restart> {
     let snapshot = tokio::select! {
-        snapshot = read_snapshot(shared) => snapshot?,
+        snapshot = read_snapshot(shared) => snapshot.map_err(Restart::Snapshot)?,
         _ = shared.shutdown.cancelled() => return Ok(()),
     };
     reconcile(shared, &snapshot);
@@ -87,8 +216,8 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
         opened = tokio::time::timeout(Duration::from_secs(5), open) => {
             match opened {
                 Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => return Err(format!("opening the watch on {endpoint} failed: {error}")),
-                Err(_) => return Err(format!("opening the watch on {endpoint} timed out")),
+                Ok(Err(error)) => return Err(Restart::Open(EtcdError::new("watch", &endpoint, error))),
+                Err(_) => return Err(Restart::OpenTimedOut { endpoint }),
             }
         }
         _ = shared.shutdown.cancelled() => return Ok(()),
@@ -100,16 +229,21 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
         };
         let response = match message {
             Ok(Some(response)) => response,
-            Ok(None) => return Err(format!("the watch on {endpoint} ended")),
-            Err(error) => return Err(format!("the watch on {endpoint} failed: {error}")),
+            Ok(None) => return Err(Restart::Ended { endpoint }),
+            Err(error) => return Err(Restart::Failed(EtcdError::new("watch", &endpoint, error))),
         };
         if response.canceled() {
-            // Compaction, "no leader" under require_leader, ...: a new snapshot covers the gap.
-            return Err(format!(
-                "the watch on {endpoint} was cancelled (compact revision {}, reason {:?})",
-                response.compact_revision(),
-                response.cancel_reason()
-            ));
+            return Err(Restart::Cancelled {
+                compact_revision: response.compact_revision(),
+                reason: response.cancel_reason().to_owned(),
+                endpoint,
+            });
+        }
+        // etcd's first response says the watch is created; the later ones deliver.
+        if response.created() {
+            backoff.opened(Instant::now());
+        } else {
+            backoff.delivered();
         }
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
@@ -128,12 +262,11 @@ async fn follow(shared: &StoreShared) -> Result<(), String> {
 }
 
 /// Reads every owner key at one revision (the first page's, linearizable), page by page.
-async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, String> {
+async fn read_snapshot(shared: &StoreShared) -> Result<Snapshot, EtcdError> {
     let (kvs, revision) = shared
         .connection
         .range_at_one_revision("owners snapshot", &shared.namespace.owners_prefix())
-        .await
-        .map_err(|error| format!("reading the owner keys failed: {error}"))?;
+        .await?;
     let owners = kvs
         .iter()
         .filter_map(|kv| Some((session_of(shared, kv)?, put_event(shared, kv))))
@@ -251,5 +384,52 @@ mod tests {
             ]
         );
         assert_eq!(registry.held(), 2);
+    }
+
+    /// The pauses of `restarts` failed runs in a row (no watch opened), from `backoff`.
+    fn failing(backoff: &mut RestartBackoff, restarts: usize) -> Vec<Duration> {
+        (0..restarts)
+            .map(|_| backoff.pause(Instant::now()))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_restart_backoff_grows_while_runs_fail_and_resets_after_a_healthy_one() {
+        let ms = Duration::from_millis;
+        let mut backoff = RestartBackoff::new();
+        // --- phase: a blip; every run fails before its watch opens
+        assert_eq!(
+            failing(&mut backoff, 7),
+            [
+                ms(100),
+                ms(200),
+                ms(400),
+                ms(800),
+                ms(1600),
+                ms(2000),
+                ms(2000)
+            ]
+        );
+
+        // --- phase: a watch opens and delivers, then fails much later: back to 100 ms
+        backoff.opened(Instant::now());
+        tokio::time::advance(ms(500)).await;
+        backoff.delivered();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(100));
+        assert_eq!(failing(&mut backoff, 3), [ms(200), ms(400), ms(800)]);
+
+        // --- phase: opened but silent and short-lived (cancelled at once): no reset
+        backoff.opened(Instant::now());
+        tokio::time::advance(ms(300)).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(1600));
+
+        // --- phase: opened, silent, but up for STEADY (a quiet namespace): reset
+        backoff.opened(Instant::now());
+        tokio::time::advance(RestartBackoff::STEADY).await;
+        assert_eq!(backoff.pause(Instant::now()), ms(100));
+
+        // --- phase: each run starts afresh: what the healthy run did is not carried over
+        assert_eq!(failing(&mut backoff, 2), [ms(200), ms(400)]);
     }
 }
