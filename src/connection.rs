@@ -523,8 +523,9 @@ pub struct Connection {
     members: Arc<[Member]>,
     preferred: Arc<AtomicUsize>,
     retry: RetryPolicy,
-    /// How unary clients are built (for replacing one).
-    client_options: etcd_client::ConnectOptions,
+    /// How unary clients are built (for replacing one); `None` for a client the user built,
+    /// which is used as it is.
+    client_options: Option<etcd_client::ConnectOptions>,
     /// Who the clients authenticate as.
     credentials: Option<Arc<Credentials>>,
 }
@@ -591,12 +592,54 @@ impl Connection {
             members: members.into(),
             preferred: Arc::new(AtomicUsize::new(0)),
             retry: options.retry,
-            client_options,
+            client_options: Some(client_options),
             credentials: options.credentials.map(Arc::new),
         };
+        connection
+            .answering(
+                options.endpoints.join(","),
+                options.tls.as_ref(),
+                options.connect_timeout,
+            )
+            .await
+    }
+
+    /// A connection through `client`, an `etcd_client::Client` you built yourself (your own
+    /// TLS, interceptors or authentication), checked like [`connect`](Self::connect)'s. It
+    /// counts as one endpoint: etcd-client balances it over the members it was given, and no
+    /// request fails over to another client. Give the client no request timeout of its own
+    /// (leasehold bounds each request); leasehold never replaces it, and authenticates nothing
+    /// (the client carries its own credentials).
+    pub async fn from_client(client: Client, retry: RetryPolicy) -> Result<Self, ConnectError> {
+        let endpoint = "your etcd client".to_owned();
+        let connection = Self {
+            members: vec![Member {
+                endpoint: endpoint.clone(),
+                client: std::sync::Mutex::new(Unary::new(client.clone())),
+                streams: client,
+            }]
+            .into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
+            retry,
+            client_options: None,
+            credentials: None,
+        };
+        connection
+            .answering(endpoint, None, Duration::from_secs(3))
+            .await
+    }
+
+    /// This connection, once some endpoint has answered a `status` request (retried within the
+    /// policy's deadline); else why none did.
+    async fn answering(
+        self,
+        endpoints: String,
+        tls: Option<&TlsOptions>,
+        connect_timeout: Duration,
+    ) -> Result<Self, ConnectError> {
+        let connection = self;
         // Bounded by the retry deadline also when an endpoint accepts connections and then
         // says nothing (a blackhole), where each attempt would wait for the request timeout.
-        let endpoints = options.endpoints.join(",");
         let deadline = connection.retry.deadline;
         let answered = tokio::time::timeout(deadline, connection.status())
             .await
@@ -604,9 +647,9 @@ impl Connection {
         let Err(source) = answered else {
             return Ok(connection);
         };
-        let source = match &options.tls {
+        let source = match tls {
             Some(tls) if closed_without_a_reason(&source) => {
-                tls_probe::refusal(source.endpoint(), tls, options.connect_timeout)
+                tls_probe::refusal(source.endpoint(), tls, connect_timeout)
                     .await
                     .unwrap_or(source)
             }
@@ -851,7 +894,10 @@ impl Connection {
     /// connection are not disturbed.
     async fn reconnect(&self, member: &Member) {
         let endpoint = member.endpoint.as_str();
-        match Client::connect([endpoint], Some(self.client_options.clone())).await {
+        let Some(options) = &self.client_options else {
+            return;
+        };
+        match Client::connect([endpoint], Some(options.clone())).await {
             Ok(client) => {
                 *member
                     .client

@@ -351,13 +351,34 @@ impl Store {
     /// Connects, grants the node lease and starts the keepalive and watch tasks.
     pub async fn connect(options: StoreOptions) -> Result<Self, StoreError> {
         options.validate()?;
-        let mut connect = ConnectOptions::new(options.endpoints.clone()).with_retry(options.retry);
+        let mut connect =
+            ConnectOptions::new(options.endpoints.clone()).with_retry(options.retry.clone());
         connect.request_timeout = options.request_timeout;
-        connect.tls = options.tls;
-        connect.credentials = options.credentials;
+        connect.tls = options.tls.clone();
+        connect.credentials = options.credentials.clone();
         let connection = Connection::connect(connect)
             .await
             .map_err(StoreError::Connect)?;
+        Self::start(connection, options).await
+    }
+
+    /// [`connect`](Self::connect) through an `etcd_client::Client` you built yourself (your
+    /// own TLS, interceptors or authentication); see [`Connection::from_client`]. The options'
+    /// `endpoints`, `tls`, `credentials` and `request_timeout`'s use for connecting are
+    /// ignored: the client has its own.
+    pub async fn connect_with_client(
+        client: etcd_client::Client,
+        options: StoreOptions,
+    ) -> Result<Self, StoreError> {
+        options.validate()?;
+        let connection = Connection::from_client(client, options.retry.clone())
+            .await
+            .map_err(StoreError::Connect)?;
+        Self::start(connection, options).await
+    }
+
+    /// Grants the node lease and starts the keepalive and watch tasks.
+    async fn start(connection: Connection, options: StoreOptions) -> Result<Self, StoreError> {
         let (node, validity) = keepalive::grant(&connection, options.ttl, options.margin)
             .await
             .map_err(|error| match error {
