@@ -87,3 +87,64 @@ fn bad_values_exit_2_with_one_line() {
         assert!(took < Duration::from_secs(10), "{command} took {took:?}");
     }
 }
+
+/// Security flags that need one another are checked whether they come as flags (before or
+/// after the command) or from the environment: a missing partner is one line and exit 2.
+#[test]
+fn security_flags_pair_up_from_flags_and_environment() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command.args(args).env_remove("LEASEHOLD_ENDPOINTS");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let output = command.output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code().unwrap_or(-1), stderr)
+    };
+    // The certificate and key from the environment, the CA as a flag after the command: the
+    // flags are accepted, and the (missing) CA file is what fails.
+    let (code, stderr) = run(
+        &["status", "--cacert", "/nonexistent/ca.pem"],
+        &[
+            ("LEASEHOLD_CERT", "/nonexistent/c.pem"),
+            ("LEASEHOLD_KEY", "/nonexistent/k.pem"),
+        ],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot read --cacert"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    for (args, env, says) in [
+        (
+            vec!["status", "--cacert", "ca", "--cert", "c"],
+            vec![],
+            "--cert (LEASEHOLD_CERT) needs --key",
+        ),
+        (
+            vec!["status", "--cacert", "ca"],
+            vec![("LEASEHOLD_KEY", "k")],
+            "--key (LEASEHOLD_KEY) needs --cert",
+        ),
+        (
+            vec!["status", "--cert", "c", "--key", "k"],
+            vec![],
+            "--cert (LEASEHOLD_CERT) needs --cacert",
+        ),
+        (
+            vec!["status"],
+            vec![("LEASEHOLD_TLS_SERVER_NAME", "etcd")],
+            "needs --cacert",
+        ),
+        (
+            vec!["status", "--password-file", "p"],
+            vec![],
+            "--password-file (LEASEHOLD_PASSWORD_FILE) needs --user",
+        ),
+    ] {
+        let (code, stderr) = run(&args, &env);
+        assert_eq!(code, 2, "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}

@@ -89,23 +89,10 @@ pub(crate) struct Common {
     #[arg(long, env = "LEASEHOLD_CACERT", value_name = "PATH", global = true)]
     cacert: Option<PathBuf>,
     /// TLS: a client certificate (PEM file) for members that require one; with --key.
-    #[arg(
-        long,
-        env = "LEASEHOLD_CERT",
-        value_name = "PATH",
-        requires = "key",
-        requires = "cacert",
-        global = true
-    )]
+    #[arg(long, env = "LEASEHOLD_CERT", value_name = "PATH", global = true)]
     cert: Option<PathBuf>,
     /// TLS: the client certificate's private key (PEM file).
-    #[arg(
-        long,
-        env = "LEASEHOLD_KEY",
-        value_name = "PATH",
-        requires = "cert",
-        global = true
-    )]
+    #[arg(long, env = "LEASEHOLD_KEY", value_name = "PATH", global = true)]
     key: Option<PathBuf>,
     /// TLS: the name the members' certificates are checked against, instead of each
     /// endpoint's host (for endpoints given by IP address whose certificates name a DNS
@@ -126,7 +113,6 @@ pub(crate) struct Common {
         long,
         env = "LEASEHOLD_PASSWORD_FILE",
         value_name = "PATH",
-        requires = "user",
         global = true
     )]
     password_file: Option<PathBuf>,
@@ -258,6 +244,46 @@ impl Common {
                 Failure::message(format!("cannot read {flag} {}: {error}", path.display()), 2)
             })
         }
+        // Which flags need which is checked here rather than by clap: a global flag's
+        // `requires` misses one given after the command when the other comes from the
+        // environment.
+        let needs = |flag: &str, given: bool, other: &str, present: bool| {
+            if given && !present {
+                Err(Failure::message(format!("{flag} needs {other}"), 2))
+            } else {
+                Ok(())
+            }
+        };
+        needs(
+            "--cert (LEASEHOLD_CERT)",
+            self.cert.is_some(),
+            "--key",
+            self.key.is_some(),
+        )?;
+        needs(
+            "--key (LEASEHOLD_KEY)",
+            self.key.is_some(),
+            "--cert",
+            self.cert.is_some(),
+        )?;
+        needs(
+            "--cert (LEASEHOLD_CERT)",
+            self.cert.is_some(),
+            "--cacert",
+            self.cacert.is_some(),
+        )?;
+        needs(
+            "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME)",
+            self.tls_server_name.is_some(),
+            "--cacert",
+            self.cacert.is_some(),
+        )?;
+        needs(
+            "--password-file (LEASEHOLD_PASSWORD_FILE)",
+            self.password_file.is_some(),
+            "--user",
+            self.user.is_some(),
+        )?;
         let tls = match &self.cacert {
             Some(ca) => {
                 let mut tls = TlsOptions::new(read("--cacert", ca)?);
@@ -268,14 +294,6 @@ impl Common {
                     tls = tls.with_domain_name(name);
                 }
                 Some(tls)
-            }
-            // Checked here rather than by clap: a global flag's `requires` misses a --cacert
-            // given after the command when the name comes from the environment.
-            None if self.tls_server_name.is_some() => {
-                return Err(Failure::message(
-                    "--tls-server-name (LEASEHOLD_TLS_SERVER_NAME) needs --cacert",
-                    2,
-                ));
             }
             None => None,
         };
