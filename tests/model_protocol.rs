@@ -1,6 +1,6 @@
 //! A model check of leasehold's protocol: every reachable state of two owners, one session,
 //! three appends, an unreliable network and an etcd whose leases expire, checked against
-//! invariants 1–5 of the design, with [stateright].
+//! invariants 1–5 of the design, with the `stateright` crate.
 //!
 //! # What is modelled
 //!
@@ -72,8 +72,8 @@
 //!
 //! # Mutants
 //!
-//! [`Protocol`] names three mistakes. Each yields a counterexample, a shortest one (breadth
-//! first), printed with `cargo test --all-features --test model_protocol -- --nocapture`.
+//! [`Protocol`] names three mistakes. Each yields a counterexample, found breadth first (so a
+//! short one), printed with `cargo test --all-features --test model_protocol -- --nocapture`.
 //! All three break invariant 4, the contract to the caller: the compares keep the chain whole
 //! even under these mistakes, but the caller is told the wrong thing.
 //!
@@ -81,8 +81,6 @@
 //! another writer's record, yields no counterexample: after a handover the owner-key compare
 //! fails every retry under the old epoch, and while its lease is valid an owner cannot meet
 //! such a record. The rule to stay fenced is a second line of defence behind that compare.
-//!
-//! [stateright]: https://docs.rs/stateright
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
@@ -1176,7 +1174,7 @@ fn check_all(protocol: Protocol) -> Run {
     report(protocol, &checker, started)
 }
 
-/// Breadth first until the first counterexample, which is then a shortest one.
+/// Breadth first until the first counterexample (so a short one).
 fn check_until_broken(protocol: Protocol) -> Run {
     let started = Instant::now();
     let checker = Leasehold { protocol }
@@ -1207,10 +1205,8 @@ fn the_protocol_keeps_invariants_1_to_5() {
     for name in SOMETIMES {
         let path = run.discoveries.get(name);
         let path = path.unwrap_or_else(|| panic!("never reached: \"{name}\""));
-        println!(
-            "\"{name}\" after {} steps: {path}",
-            path.clone().into_actions().len()
-        );
+        let steps = path.clone().into_actions().len();
+        println!("\"{name}\": reached, an example in {steps} steps");
     }
 }
 
