@@ -371,6 +371,8 @@ pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
     use super::*;
 
     fn tip() -> Tip {
@@ -543,6 +545,73 @@ mod tests {
         );
         let error = Tip::decode(b"ns/journals/s/tip", &encode_tip(&t)[1..]).unwrap_err();
         assert_eq!(error.key, "ns/journals/s/tip");
+    }
+
+    /// The fuzz target's seed corpus (`fuzz/corpus/decode_record`): one file per valid
+    /// encoding, each a key length byte, the key and the value, as the target reads its input.
+    fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+        let nonce = Uuid::from_u128(0x5eed);
+        let previous = Tip {
+            seq: 6,
+            epoch: Epoch(2),
+            nonce: Uuid::from_u128(0x7),
+        };
+        let seed = |key: &[u8], value: Vec<u8>| [&[key.len() as u8][..], key, &value].concat();
+        let tip_key = b"ns/journals/s/tip";
+        vec![
+            (
+                "event",
+                seed(RECORD_KEY, encode_event(7, Epoch(3), nonce, b"payload")),
+            ),
+            (
+                "event-empty",
+                seed(RECORD_KEY, encode_event(7, Epoch(3), nonce, b"")),
+            ),
+            (
+                "fence-first",
+                seed(RECORD_KEY, encode_fence(7, Epoch(3), nonce, None)),
+            ),
+            (
+                "fence",
+                seed(RECORD_KEY, encode_fence(7, Epoch(3), nonce, Some(previous))),
+            ),
+            ("tip", seed(tip_key, encode_tip(&previous))),
+        ]
+    }
+
+    fn corpus_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_record")
+    }
+
+    /// Writes the seed corpus: `cargo test --lib journal::record -- --ignored`.
+    #[test]
+    #[ignore = "writes fuzz/corpus/decode_record; run it after changing the encoding"]
+    fn write_the_fuzz_seed_corpus() {
+        std::fs::create_dir_all(corpus_dir()).unwrap();
+        for (name, bytes) in seeds() {
+            std::fs::write(corpus_dir().join(name), bytes).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_committed_fuzz_seeds_are_the_current_encodings() {
+        // A packaged crate has no fuzz/: nothing to check there.
+        if !Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/Cargo.toml")
+            .exists()
+        {
+            return;
+        }
+        for (name, bytes) in seeds() {
+            let committed = std::fs::read(corpus_dir().join(name)).unwrap_or_default();
+            assert!(
+                committed == bytes,
+                "fuzz/corpus/decode_record/{name} is stale: run `cargo test --lib \
+                 journal::record -- --ignored` to write it again"
+            );
+            let (key, value) = bytes[1..].split_at(usize::from(bytes[0]));
+            assert!(Record::decode(key, value).is_ok() || Tip::decode(key, value).is_ok());
+        }
     }
 
     #[test]
