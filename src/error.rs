@@ -659,6 +659,18 @@ fn status_message(error: &etcd_client::Error) -> Option<&str> {
 }
 
 /// Classifies an etcd-client error for the request that met it.
+/// `error: cause: cause`, one line (for logs and messages).
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        line.push_str(": ");
+        line.push_str(&next.to_string());
+        cause = next.source();
+    }
+    line
+}
+
 pub(crate) fn classify(error: &etcd_client::Error) -> (FailureClass, Option<tonic::Code>) {
     use etcd_client::Error as E;
     let code = match error {

@@ -8,13 +8,13 @@
 //! The journal is ready only once the fence has committed. From then on a writer of an older
 //! epoch can no longer append: the tip it expects is gone, and so is its owner key.
 
-use etcd_client::{Txn, TxnOp};
+use etcd_client::{KeyValue, Txn, TxnOp};
 use uuid::Uuid;
 
 use super::cas::{AppendTxn, Sent, gets};
 use super::record::{decode_tip, encode_fence, encode_tip};
 use super::{Journal, JournalContext, Tip};
-use crate::error::{AppendError, JournalLeaseLostError, OpenJournalError};
+use crate::error::{AppendError, EtcdError, JournalLeaseLostError, OpenJournalError};
 use crate::lease::Ownership;
 
 /// Appends the fence under `ownership` and returns the journal, open after it.
@@ -31,21 +31,9 @@ pub(crate) async fn open(
             epoch,
         })
     };
-    let tip_key = context.namespace.tip_key(session);
-    let read = Txn::new().and_then([
-        TxnOp::get(ownership.owner_key(), None),
-        TxnOp::get(tip_key.as_str(), None),
-    ]);
-    let response = context
-        .connection
-        .read("open journal", |mut client, _| {
-            let read = read.clone();
-            async move { client.txn(read).await }
-        })
+    let (owner, tip) = owner_and_tip(&context, &ownership, "open journal")
         .await
         .map_err(OpenJournalError::Etcd)?;
-    let mut read = gets(&response);
-    let (owner, tip) = (read.next().flatten(), read.next().flatten());
     if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
         return Err(fenced());
     }
@@ -94,6 +82,28 @@ fn fence_seq(previous: Option<Tip>) -> Result<u64, OpenJournalError> {
         Some(tip) if tip.seq.checked_add(2).is_some() => Ok(tip.seq + 1),
         Some(tip) => Err(OpenJournalError::SequenceExhausted { seq: tip.seq }),
     }
+}
+
+/// The owner key and the tip (each `None` when absent), read in one linearizable transaction.
+pub(super) async fn owner_and_tip(
+    context: &JournalContext,
+    ownership: &Ownership,
+    operation: &'static str,
+) -> Result<(Option<KeyValue>, Option<KeyValue>), EtcdError> {
+    let tip_key = context.namespace.tip_key(ownership.session_id());
+    let read = Txn::new().and_then([
+        TxnOp::get(ownership.owner_key(), None),
+        TxnOp::get(tip_key.as_str(), None),
+    ]);
+    let response = context
+        .connection
+        .read(operation, |mut client, _| {
+            let read = read.clone();
+            async move { client.txn(read).await }
+        })
+        .await?;
+    let mut read = gets(&response);
+    Ok((read.next().flatten(), read.next().flatten()))
 }
 
 #[cfg(test)]

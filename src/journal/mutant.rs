@@ -24,10 +24,11 @@ pub enum Mutant {
     SkipOwnerCompare,
 }
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp};
 
 use super::JournalContext;
-use super::cas::{AppendTxn, Sent, gets};
+use super::cas::{AppendTxn, Sent};
+use super::fence::owner_and_tip;
 use super::record::decode_tip;
 use crate::lease::Ownership;
 
@@ -77,21 +78,10 @@ impl Mutant {
             (Mutant::RecoverInPlace, Sent::Fenced) | (Mutant::BlindReapply, Sent::Unknown(_)) => {}
             _ => return None,
         }
-        let tip_key = context.namespace.tip_key(ownership.session_id());
-        let read = Txn::new().and_then([
-            TxnOp::get(ownership.owner_key(), None),
-            TxnOp::get(tip_key.as_str(), None),
-        ]);
-        let response = context
-            .connection
-            .read("mutant re-read", |mut client, _| {
-                let read = read.clone();
-                async move { client.txn(read).await }
-            })
+        let (owner, tip) = owner_and_tip(context, ownership, "mutant re-read")
             .await
             .ok()?;
-        let mut read = gets(&response);
-        let (owner, tip) = (read.next().flatten()?, read.next().flatten()?);
+        let (owner, tip) = (owner?, tip?);
         let seq = decode_tip(tip.key(), tip.value()).ok()?.seq;
         let guard = match self {
             // The owner key as it is now, whoever holds it.

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
-use crate::error::EtcdError;
+use crate::error::{EtcdError, chain};
 
 /// The owner keys at one revision.
 struct Snapshot {
@@ -144,18 +144,6 @@ impl Restart {
     }
 }
 
-/// `error: cause: cause`, for the logs.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        line.push_str(": ");
-        line.push_str(&next.to_string());
-        cause = next.source();
-    }
-    line
-}
-
 pub(super) async fn run(shared: Arc<StoreShared>) {
     let mut backoff = RestartBackoff::new();
     loop {
@@ -169,7 +157,7 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
                     tracing::error!(
                         namespace = %shared.namespace,
                         prefix = %shared.namespace.owners_prefix(),
-                        error = %with_causes(&restart),
+                        error = %chain(&restart),
                         "etcd denies this store's user the namespace's owner keys: its roles do \
                          not cover the namespace. The owner watch stops, every lease of this \
                          store is lost and acquisitions fail; grant the role readwrite on the \
@@ -178,7 +166,7 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
                     shared.refusal.refuse(denied.clone());
                     return;
                 }
-                tracing::debug!(reason = %with_causes(&restart), "owner watch restarting");
+                tracing::debug!(reason = %chain(&restart), "owner watch restarting");
                 shared.metrics.watch_restart();
                 shared.connection.rotate();
             }

@@ -12,6 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 use super::HarnessError;
+use crate::error::chain;
 
 /// The repository of the images the harness builds itself.
 const REPOSITORY: &str = "leasehold-etcd";
@@ -553,18 +554,6 @@ where
     tokio::time::timeout(timeout, drain)
         .await
         .unwrap_or_else(|_| Err(format!("gave up after {timeout:?} without an answer")))
-}
-
-/// An error and its causes on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The files of an etcd image: the binary and the shared libraries it links, by their paths
