@@ -102,3 +102,44 @@ async fn opening_appends_a_fence_that_event_replay_hides() {
     assert_eq!(payloads, [&b"one"[..], b"two", b"three", b"four"]);
     assert_eq!(events[3].epoch, lease_b.epoch());
 }
+
+/// The acquisition reads the tip in the transaction that creates the owner key, and the open
+/// fences at that tip without reading it again. If the tip moved in between (here the new
+/// owner deletes the finished journal), the fence's compare fails; the open then reads owner
+/// and tip anew and fences at the tip as it is, instead of failing as fenced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tip_that_moved_since_the_acquisition_is_read_again_by_the_open() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let ns = random_namespace();
+    let (a, b) = (
+        common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await,
+        common::store(&[etcd.endpoint().to_owned()], &ns, "b", 10).await,
+    );
+    let session = Uuid::new_v4();
+
+    let lease_a = a.acquire_lease(session).await.unwrap();
+    let journal = a.open_journal(session, Some(&lease_a)).await.unwrap();
+    journal.append_batch(&["one", "two"]).await.unwrap();
+    lease_a.release().await.unwrap();
+
+    // b's acquisition saw the tip at seq 3; then the journal goes, tip and all.
+    let lease_b = b.acquire_lease(session).await.unwrap();
+    let deleted = b.delete_journal(session, &lease_b).await.unwrap();
+    assert!(deleted.keys > 0, "the journal was there: {deleted:?}");
+
+    let journal = b
+        .open_journal(session, Some(&lease_b))
+        .await
+        .expect("the open reads the moved tip and fences at it");
+    let appended = journal.append("three").await.unwrap();
+    assert_eq!((appended.first_seq, appended.last_seq), (2, 2));
+    let records: Vec<Record> = b.replay_records(session).try_collect().await.unwrap();
+    match records.as_slice() {
+        [Record::Fence(fence), Record::Event(event)] => {
+            assert_eq!((fence.seq, fence.epoch), (1, lease_b.epoch()));
+            assert_eq!(fence.previous, None, "a journal started afresh");
+            assert_eq!(event.payload, b"three");
+        }
+        other => panic!("a fence at 1 and one event expected, got {other:?}"),
+    }
+}

@@ -1,54 +1,126 @@
 //! Opening a journal: the fence.
 //!
-//! 1. Read the owner key and the tip in one linearizable transaction.
+//! 1. Read the owner key and the tip in one linearizable transaction. An acquisition reads the
+//!    tip in the very transaction that creates the owner key ([`SeenTip`]); an open under a
+//!    lease acquired that way fences at that tip and skips this read.
 //! 2. The owner key must still have the lease's epoch; otherwise the open fails as fenced.
 //! 3. Append `Fence { epoch, previous tip }` at `tip.seq + 1` with the append transaction of
 //!    [`cas`](super::cas), expecting the tip's `mod_revision` as read (0 for a new journal).
 //!
 //! The journal is ready only once the fence has committed. From then on a writer of an older
 //! epoch can no longer append: the tip it expects is gone, and so is its owner key.
+//!
+//! A tip seen at acquisition can only have moved since under this same lease (every other
+//! writer's owner compare fails once the key is ours), e.g. by
+//! [`Store::delete_journal`](crate::Store::delete_journal). A fence at a moved tip fails its
+//! compare, which no later send can change; the open then reads owner and tip as in step 1 and
+//! fences once more, so a stale seen tip costs a round trip, never a false fence.
 
 use etcd_client::{KeyValue, Txn, TxnOp};
 use uuid::Uuid;
 
 use super::cas::{AppendTxn, Sent, gets};
 use super::record::{decode_tip, encode_fence, encode_tip};
-use super::{Journal, JournalContext, Tip};
+use super::{DecodeError, Journal, JournalContext, Tip};
 use crate::error::{AppendError, EtcdError, JournalLeaseLostError, OpenJournalError};
 use crate::lease::Ownership;
 
-/// Appends the fence under `ownership` and returns the journal, open after it.
+/// The journal's tip as one linearizable read saw it, together with the owner key at the
+/// lease's epoch: the acquisition's own transaction, or the open's read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SeenTip {
+    /// The tip, or `None` for a journal with no records.
+    pub(crate) tip: Option<Tip>,
+    /// The tip's `mod_revision` (0 when there is none): what the fence compares.
+    pub(crate) mod_revision: i64,
+}
+
+impl SeenTip {
+    /// The tip key-value as read (`None`: absent); a tip that does not decode is an error.
+    pub(crate) fn of(kv: Option<&KeyValue>) -> Result<Self, DecodeError> {
+        Ok(match kv {
+            Some(kv) => Self {
+                tip: Some(decode_tip(kv.key(), kv.value())?),
+                mod_revision: kv.mod_revision(),
+            },
+            None => Self {
+                tip: None,
+                mod_revision: 0,
+            },
+        })
+    }
+}
+
+/// Appends the fence under `ownership` and returns the journal, open after it. `seen` is the
+/// tip the acquisition read, if it did (see the module docs).
 pub(crate) async fn open(
     context: JournalContext,
     ownership: Ownership,
+    seen: Option<SeenTip>,
 ) -> Result<Journal, OpenJournalError> {
     let lost = |source| OpenJournalError::LeaseLost(JournalLeaseLostError { source });
     ownership.check().map_err(lost)?;
-    let (session, epoch) = (ownership.session_id(), ownership.epoch());
-    let fenced = || {
-        OpenJournalError::Fenced(AppendError {
-            session_id: session,
-            epoch,
-        })
-    };
-    let (owner, tip) = owner_and_tip(&context, &ownership, "open journal")
+    if let Some(seen) = seen {
+        match fence_at(&context, &ownership, seen).await {
+            // Fenced at a tip seen earlier: it may have moved under this lease; read it anew.
+            Err(OpenJournalError::Fenced(_)) => {
+                tracing::debug!(session = %ownership.session_id(), "the tip seen at acquisition moved; reading it");
+            }
+            opened => return opened.map(|fenced| fenced.into_journal(context, ownership)),
+        }
+    }
+    let seen = read_tip(&context, &ownership).await?;
+    fence_at(&context, &ownership, seen)
+        .await
+        .map(|fenced| fenced.into_journal(context, ownership))
+}
+
+/// Reads the owner key and the tip; fenced unless the owner key still has the lease's epoch.
+async fn read_tip(
+    context: &JournalContext,
+    ownership: &Ownership,
+) -> Result<SeenTip, OpenJournalError> {
+    let (owner, tip) = owner_and_tip(context, ownership, "open journal")
         .await
         .map_err(OpenJournalError::Etcd)?;
-    if owner.as_ref().map(|kv| kv.create_revision()) != Some(epoch.revision()) {
-        return Err(fenced());
+    if owner.as_ref().map(|kv| kv.create_revision()) != Some(ownership.epoch().revision()) {
+        return Err(fenced(ownership));
     }
-    let (previous, tip_mod_revision) = match &tip {
-        Some(kv) => (
-            Some(decode_tip(kv.key(), kv.value()).map_err(OpenJournalError::Decode)?),
-            kv.mod_revision(),
-        ),
-        None => (None, 0),
-    };
+    SeenTip::of(tip.as_ref()).map_err(OpenJournalError::Decode)
+}
+
+fn fenced(ownership: &Ownership) -> OpenJournalError {
+    OpenJournalError::Fenced(AppendError {
+        session_id: ownership.session_id(),
+        epoch: ownership.epoch(),
+    })
+}
+
+/// A committed fence: the next sequence number and the tip's `mod_revision`.
+struct Fenced {
+    next_seq: u64,
+    revision: i64,
+}
+
+impl Fenced {
+    fn into_journal(self, context: JournalContext, ownership: Ownership) -> Journal {
+        Journal::new(context, ownership, self.next_seq, self.revision)
+    }
+}
+
+/// Appends the fence after `seen`.
+async fn fence_at(
+    context: &JournalContext,
+    ownership: &Ownership,
+    seen: SeenTip,
+) -> Result<Fenced, OpenJournalError> {
+    let (session, epoch) = (ownership.session_id(), ownership.epoch());
+    let (previous, tip_mod_revision) = (seen.tip, seen.mod_revision);
     let seq = fence_seq(previous)?;
     let nonce = Uuid::new_v4();
     let fence = AppendTxn::build(
         &context.namespace,
-        &ownership,
+        ownership,
         seq,
         nonce,
         vec![encode_fence(seq, epoch, nonce, previous)],
@@ -59,16 +131,19 @@ pub(crate) async fn open(
         .send(
             &context.connection,
             &context.policy,
-            &ownership,
+            ownership,
             &context.stop,
         )
         .await;
     match sent {
         Sent::Committed { revision } => {
             tracing::info!(%session, %epoch, seq, "journal fenced and open");
-            Ok(Journal::new(context, ownership, seq + 1, revision))
+            Ok(Fenced {
+                next_seq: seq + 1,
+                revision,
+            })
         }
-        Sent::Fenced => Err(fenced()),
+        Sent::Fenced => Err(fenced(ownership)),
         Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
         Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
     }

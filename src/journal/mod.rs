@@ -116,7 +116,7 @@ use mutant::Mutant;
 
 pub(crate) use check::check;
 pub use check::{JournalCheck, Violation};
-pub(crate) use fence::open;
+pub(crate) use fence::{SeenTip, open};
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub(crate) use record::{decode_base, decode_record, decode_tip, seq_of_key};

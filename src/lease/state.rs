@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Epoch, LossReason};
+use crate::journal::SeenTip;
 use crate::metrics::Metrics;
 
 /// One generation of a store's node lease, as its handles see it. The keepalive task moves the
@@ -114,6 +115,9 @@ pub(crate) struct LeaseState {
     /// `COUNTED` once handed out and counted as held, `LOST` once lost: the held gauge goes
     /// down once for each lease it went up for, whichever comes first.
     counting: std::sync::atomic::AtomicU8,
+    /// The journal's tip as the acquisition read it, in the transaction that created the owner
+    /// key; the journal's open fences at it instead of reading it again. Taken by the open.
+    seen_tip: std::sync::Mutex<Option<SeenTip>>,
 }
 
 const COUNTED: u8 = 1;
@@ -150,6 +154,7 @@ impl LeaseState {
             lost: Lost(lost),
             metrics: std::sync::OnceLock::new(),
             counting: std::sync::atomic::AtomicU8::new(0),
+            seen_tip: std::sync::Mutex::new(None),
         })
     }
 
@@ -205,6 +210,19 @@ impl LeaseState {
     pub(crate) fn settle_journal(&self, opened: bool) {
         self.journal
             .store(if opened { 2 } else { 0 }, Ordering::Release);
+    }
+
+    /// Keeps the tip the acquisition read, for the journal's open.
+    pub(crate) fn set_seen_tip(&self, seen: SeenTip) {
+        *self.seen_tip.lock().expect("never held across a panic") = Some(seen);
+    }
+
+    /// The tip the acquisition read, once: the open that takes it fences at it.
+    pub(crate) fn take_seen_tip(&self) -> Option<SeenTip> {
+        self.seen_tip
+            .lock()
+            .expect("never held across a panic")
+            .take()
     }
 
     pub(crate) fn released(&self) -> bool {

@@ -1,10 +1,12 @@
 //! The acquire protocol.
 //!
-//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease)
-//! else get(owner)`, sent through the crate's one write path and re-sent while the node lease
-//! is valid. What it came to:
+//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease),
+//! get(tip) else get(owner)`, sent through the crate's one write path and re-sent while the
+//! node lease is valid. What it came to:
 //!
-//! - applied: the epoch is the reply's revision (the key's `create_revision`);
+//! - applied: the epoch is the reply's revision (the key's `create_revision`), and the tip read
+//!   in the same transaction is kept for the journal's open, which fences at it without
+//!   reading it again (see [`SeenTip`]);
 //! - compare failed: the `else` branch read the owner key. Our store id and nonce mean an
 //!   earlier send committed: adopt it. Anything else: [`LeaseHeldError`] with the holder's
 //!   epoch;
@@ -24,7 +26,7 @@ use uuid::Uuid;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use crate::error::{AcquireError, EtcdError, LeaseHeldError};
-use crate::journal::gets;
+use crate::journal::{SeenTip, gets};
 use crate::lease::{Epoch, Lease, LeaseState, LossReason};
 use crate::write::{self, Written};
 
@@ -100,6 +102,7 @@ impl StoreShared {
             .filter(|node| node.is_valid())
             .ok_or(AcquireError::NodeLeaseInvalid)?;
         let key = self.namespace.owner_key(session);
+        let tip_key = self.namespace.tip_key(session);
         let nonce = Uuid::now_v7();
         let value = OwnerValue {
             store: self.id,
@@ -109,11 +112,14 @@ impl StoreShared {
         .encode();
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                value,
-                Some(PutOptions::new().with_lease(node.id)),
-            )])
+            .and_then([
+                TxnOp::put(
+                    key.as_str(),
+                    value,
+                    Some(PutOptions::new().with_lease(node.id)),
+                ),
+                TxnOp::get(tip_key.as_str(), None),
+            ])
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
 
@@ -129,13 +135,16 @@ impl StoreShared {
         )
         .await;
         let outcome = self.settle(session, nonce, written);
-        let state = outcome
-            .as_ref()
-            .ok()
-            .map(|epoch| LeaseState::new(session, *epoch, key.clone(), nonce, node.clone()));
+        let state = outcome.as_ref().ok().map(|(epoch, seen)| {
+            let state = LeaseState::new(session, *epoch, key.clone(), nonce, node.clone());
+            if let Some(seen) = seen {
+                state.set_seen_tip(*seen);
+            }
+            state
+        });
         acquiring.end(state.as_ref());
         let (epoch, state) = match (outcome, state) {
-            (Ok(epoch), Some(state)) => (epoch, state),
+            (Ok((epoch, _)), Some(state)) => (epoch, state),
             (Err(error), _) => return Err(error),
             (Ok(_), None) => unreachable!("a state is made for every epoch"),
         };
@@ -157,15 +166,27 @@ impl StoreShared {
         }
     }
 
-    /// Reads what the acquisition came to (see the module docs).
-    fn settle(&self, session: Uuid, nonce: Uuid, written: Written) -> Result<Epoch, AcquireError> {
+    /// Reads what the acquisition came to (see the module docs): the epoch, and the tip when
+    /// this send's own transaction read it (an adopted earlier send did not, for us).
+    fn settle(
+        &self,
+        session: Uuid,
+        nonce: Uuid,
+        written: Written,
+    ) -> Result<(Epoch, Option<SeenTip>), AcquireError> {
         let holder = |response: &TxnResponse| gets(response).next().flatten();
+        let adopted = |epoch| (epoch, None);
         match written {
-            Written::Replied(response) if response.succeeded() => Ok(Epoch(
-                response.header().map_or(0, |h| h.revision()).max(0) as u64,
-            )),
+            Written::Replied(response) if response.succeeded() => {
+                let epoch = Epoch(response.header().map_or(0, |h| h.revision()).max(0) as u64);
+                // A tip that does not decode is left for the open's read to report.
+                let seen = gets(&response)
+                    .next()
+                    .and_then(|tip| SeenTip::of(tip.as_ref()).ok());
+                Ok((epoch, seen))
+            }
             Written::Replied(response) => match holder(&response) {
-                Some(holder) => self.adopt_or_held(session, nonce, &holder),
+                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
                 // The compare saw a key that the get, in the same transaction, did not: etcd
                 // never does this. Report it rather than guess.
                 None => Err(AcquireError::Etcd(EtcdError::new(
@@ -175,7 +196,7 @@ impl StoreShared {
                 ))),
             },
             Written::Resolved { read, unknown } => match holder(&read) {
-                Some(holder) => self.adopt_or_held(session, nonce, &holder),
+                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
                 None => Err(AcquireError::OutcomeUnknown(unknown)),
             },
             Written::Unknown(error) => Err(AcquireError::OutcomeUnknown(error)),

@@ -565,7 +565,12 @@ impl Store {
                 epoch: lease.epoch(),
             });
         }
-        let opened = journal::open(self.shared.journal_context(), lease.ownership()).await;
+        let opened = journal::open(
+            self.shared.journal_context(),
+            lease.ownership(),
+            state.take_seen_tip(),
+        )
+        .await;
         // A fence whose outcome is unknown may have committed: never fence again with this
         // epoch.
         state.settle_journal(!matches!(
