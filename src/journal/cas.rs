@@ -54,11 +54,15 @@ pub(crate) fn estimate_size(
         + gets.into_iter().map(|k| k + GET).sum::<usize>()
 }
 
-/// The append transaction described in the module docs, with what settles its outcome.
+/// The append transaction described in the module docs, with what settles its outcome. Kept
+/// as its parts, so that appends of several sessions can share one transaction (see
+/// [`batch`](super::batch)).
 pub(crate) struct AppendTxn {
-    txn: Txn,
-    resolve: Txn,
+    pub(crate) session: Uuid,
+    pub(crate) compares: Vec<Compare>,
+    pub(crate) puts: Vec<TxnOp>,
     first_key: String,
+    owner_key: String,
     nonce: Uuid,
     epoch: Epoch,
     pub(crate) size: usize,
@@ -133,22 +137,70 @@ impl AppendTxn {
         .into_iter()
         .flatten()
         .collect();
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(puts)
-            .or_else([TxnOp::get(first_key.as_str(), None)]);
-        let resolve = Txn::new().and_then([
-            TxnOp::get(first_key.as_str(), None),
-            TxnOp::get(ownership.owner_key(), None),
-        ]);
         Self {
-            txn,
-            resolve,
+            session,
+            compares,
+            puts,
             first_key,
+            owner_key: ownership.owner_key().to_owned(),
             nonce,
             epoch: ownership.epoch(),
             size,
         }
+    }
+
+    /// An append of `compares` compares and `puts` puts (on made-up keys) whose first record
+    /// is `first_key`, for tests of what uses it.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        session: Uuid,
+        first_key: String,
+        nonce: Uuid,
+        epoch: Epoch,
+        compares: usize,
+        puts: usize,
+        size: usize,
+    ) -> Self {
+        Self {
+            session,
+            compares: (0..compares)
+                .map(|i| Compare::version(format!("c{i}"), CompareOp::Equal, 0))
+                .collect(),
+            puts: (0..puts)
+                .map(|i| TxnOp::put(format!("p{i}"), "", None))
+                .collect(),
+            first_key,
+            owner_key: "ns/owners/s".into(),
+            nonce,
+            epoch,
+            size,
+        }
+    }
+
+    /// The `else` branch: the first record.
+    pub(crate) fn or_else(&self) -> TxnOp {
+        TxnOp::get(self.first_key.as_str(), None)
+    }
+
+    /// The resolving read: the first record, then the owner key.
+    pub(crate) fn resolve_ops(&self) -> [TxnOp; 2] {
+        [
+            TxnOp::get(self.first_key.as_str(), None),
+            TxnOp::get(self.owner_key.as_str(), None),
+        ]
+    }
+
+    /// The transaction, on its own.
+    fn txn(&self) -> Txn {
+        Txn::new()
+            .when(self.compares.clone())
+            .and_then(self.puts.clone())
+            .or_else([self.or_else()])
+    }
+
+    /// The resolving read, on its own.
+    fn resolve(&self) -> Txn {
+        Txn::new().and_then(self.resolve_ops())
     }
 
     /// Sends it through the write path, re-sending while `ownership` is valid.
@@ -177,8 +229,8 @@ impl AppendTxn {
             connection,
             policy,
             "append",
-            &self.txn,
-            Some(&self.resolve),
+            &self.txn(),
+            Some(&self.resolve()),
             || ownership.is_valid(),
             stop,
         )
@@ -207,17 +259,26 @@ impl AppendTxn {
             connection,
             policy,
             "append",
-            &self.txn,
+            &self.txn(),
             None,
             || false,
             stop,
-        );
-        self.settle(written.await)
+        )
+        .await;
+        self.settle(written)
     }
 
-    fn ours(&self, record: &KeyValue) -> bool {
+    /// Whether `record` is this append's first record: it committed.
+    pub(crate) fn ours(&self, record: &KeyValue) -> bool {
         decode_record(record.key(), None, record.value())
             .is_ok_and(|record| record.nonce() == self.nonce)
+    }
+
+    /// Whether a read of the first record and the owner key (in one transaction) shows that
+    /// this transaction can never apply: another record took its place, or the owner key at
+    /// its epoch is gone. Not ours: see [`ours`](Self::ours) first.
+    pub(crate) fn never(&self, first: Option<&KeyValue>, owner: Option<&KeyValue>) -> bool {
+        first.is_some() || owner.map(KeyValue::create_revision) != Some(self.epoch.revision())
     }
 
     /// Reads what the write came to (see the module docs).
@@ -242,11 +303,8 @@ impl AppendTxn {
                     Some(first) if self.ours(&first) => Sent::Committed {
                         revision: first.mod_revision(),
                     },
-                    Some(_) => Sent::Fenced,
-                    None if owner.map(|o| o.create_revision()) != Some(self.epoch.revision()) => {
-                        Sent::Fenced
-                    }
-                    None => Sent::Unknown(unknown),
+                    first if self.never(first.as_ref(), owner.as_ref()) => Sent::Fenced,
+                    _ => Sent::Unknown(unknown),
                 }
             }
             Written::Unknown(error) => Sent::Unknown(error),
@@ -281,9 +339,11 @@ mod tests {
 
     fn append(nonce: Uuid) -> AppendTxn {
         AppendTxn {
-            txn: Txn::new(),
-            resolve: Txn::new(),
+            session: Uuid::nil(),
+            compares: Vec::new(),
+            puts: Vec::new(),
             first_key: "ns/journals/s/r/00000000000000000007".into(),
+            owner_key: "ns/owners/s".into(),
             nonce,
             epoch: EPOCH,
             size: 0,

@@ -27,6 +27,12 @@
 //! lone append is sent at once, with no timer. Each call is answered on its own: its own
 //! sequence numbers, or the transaction's outcome (fenced, unknown, failed) as its own error.
 //!
+//! The journals of one store share transactions too: at most a few transactions are in flight
+//! for the whole store, and the journals' transactions that wait for one go together, each
+//! with its own compares, in one etcd transaction (see the `batch` module). It applies all or
+//! nothing; when it cannot apply because one journal is fenced, each journal's transaction is
+//! sent again on its own, so one journal's fence or loss never becomes another's.
+//!
 //! # Outcome unknown
 //!
 //! A write that fails with a timeout, a lost connection, "request timed out" or "leader
@@ -90,6 +96,7 @@
 //! See the `record` module: a versioned binary envelope; decoding garbage yields a
 //! [`DecodeError`] naming the key, never a panic.
 
+mod batch;
 mod cas;
 mod check;
 mod fence;
@@ -110,6 +117,7 @@ use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError, Retent
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::write::WritePolicy;
+pub(crate) use batch::Batcher;
 pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, estimate_size};
 use mutant::Mutant;
@@ -249,6 +257,8 @@ pub(crate) struct JournalContext {
     pub(crate) stop: CancellationToken,
     /// The protocol as written, unless a test turned a broken variant on.
     pub(crate) mutant: Mutant,
+    /// The store's appends share transactions through it.
+    pub(crate) batcher: std::sync::Arc<Batcher>,
 }
 
 /// An append waiting for its turn: its payloads, and where its answer goes.
@@ -573,7 +583,7 @@ impl Journal {
             };
             let context = &self.context;
             let sent;
-            (sent, *resolved) = mutant.send(&append, context, &self.ownership).await;
+            (sent, *resolved) = mutant.send(append, context, &self.ownership).await;
             in_flight.settled = true;
             writer.condition = Condition::Open;
             // The protocol as written sends once; a broken variant may send again.

@@ -51,18 +51,14 @@ impl Mutant {
     /// outcome (see [`AppendTxn::send_telling_how`]).
     pub(crate) async fn send(
         self,
-        append: &AppendTxn,
+        append: AppendTxn,
         context: &JournalContext,
         ownership: &Ownership,
     ) -> (Sent, bool) {
         let (connection, policy, stop) = (&context.connection, &context.policy, &context.stop);
         match self {
             Mutant::BlindReapply => (append.send_once(connection, policy, stop).await, false),
-            _ => {
-                append
-                    .send_telling_how(connection, policy, ownership, stop)
-                    .await
-            }
+            _ => context.batcher.send(append, ownership).await,
         }
     }
 

@@ -84,8 +84,8 @@ use crate::error::{
 };
 use crate::journal::mutant::Mutant;
 use crate::journal::{
-    self, Authority, Deleted, Event, Journal, JournalContext, JournalLimits, Record, Replay,
-    ReplayOptions, Retention,
+    self, Authority, Batcher, Deleted, Event, Journal, JournalContext, JournalLimits, Record,
+    Replay, ReplayOptions, Retention,
 };
 use crate::keys::Namespace;
 use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
@@ -321,6 +321,8 @@ pub(crate) struct StoreShared {
     /// Set when etcd denies the store's user its namespace's owner keys.
     pub(crate) refusal: Refusal,
     pub(crate) tasks: TaskTracker,
+    /// The journals' appends share transactions through it.
+    batcher: Arc<Batcher>,
     pub(crate) metrics: Metrics,
     /// Names this store (node, namespace) in the logs: the parent of its tasks' and its
     /// calls' spans.
@@ -386,6 +388,19 @@ impl Store {
                 keepalive::GrantError::Margin(e) => StoreError::Margin(e),
             })?;
         let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
+        let write = WritePolicy {
+            attempt_timeout: options.write.attempt_timeout.min(options.request_timeout),
+            resend_timeout: options.write.resend_timeout.min(options.request_timeout),
+            ..options.write
+        };
+        let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let batcher = Batcher::new(
+            connection.clone(),
+            write.clone(),
+            options.journal.clone(),
+            shutdown.clone(),
+            tasks.clone(),
+        );
         let shared = Arc::new(StoreShared {
             metrics: Metrics::new(&options.node, &options.namespace),
             span: tracing::info_span!(
@@ -402,11 +417,7 @@ impl Store {
             margin: options.margin,
             standby_recheck: options.standby_recheck,
             request_timeout: options.request_timeout,
-            write: WritePolicy {
-                attempt_timeout: options.write.attempt_timeout.min(options.request_timeout),
-                resend_timeout: options.write.resend_timeout.min(options.request_timeout),
-                ..options.write
-            },
+            write,
             journal: options.journal,
             mutant: options.mutant,
             replay: options.replay,
@@ -414,9 +425,10 @@ impl Store {
             registry: Mutex::new(Registry::default()),
             cleanup,
             cleanups: cleanup::Claims::default(),
-            shutdown: CancellationToken::new(),
+            shutdown,
             refusal: Refusal::default(),
-            tasks: TaskTracker::new(),
+            tasks,
+            batcher,
         });
         let span = shared.span().clone();
         let _in_store = span.enter();
@@ -752,6 +764,7 @@ impl StoreShared {
             policy: self.write.clone(),
             stop: self.shutdown.clone(),
             mutant: self.mutant,
+            batcher: self.batcher.clone(),
         }
     }
 

@@ -1,0 +1,587 @@
+//! Group commit across sessions: the appends of a store's journals share transactions.
+//!
+//! A journal has one transaction in flight at a time (its own group commit). With many busy
+//! journals, a store would still send one etcd request per journal per round trip, and etcd's
+//! work per request (the gRPC call, the raft entry, the apply) would bound it. So a store's
+//! journals hand their append transactions to the store's one [`Batcher`]. At most
+//! [`SLOTS`] transactions are in flight for the whole store. Appends that arrive while every
+//! slot is busy queue up, and the next free slot takes as many of them, in arrival order, as
+//! fit etcd's limits, into one transaction:
+//!
+//! ```text
+//! if   every member's compares (its tip, its owner key, its first record)
+//! then every member's puts (its records, its tip)
+//! else get(every member's first record)
+//! ```
+//!
+//! A lone append is sent at once, as its own transaction, with no timer. Two appends of one
+//! session never share a transaction (a stale journal and its successor in one store would put
+//! the same keys, which etcd refuses).
+//!
+//! The shared transaction applies all or nothing, so every member's outcome follows from it:
+//!
+//! - applied: every member committed, at the reply's revision;
+//! - a compare failed: the `else` branch showing any member's first record with that member's
+//!   nonce means an earlier send committed, for every member. Otherwise the failed compare is
+//!   a member's whose compares can never all hold again (see `cas`), so the shared
+//!   transaction can never apply: each member is then sent on its own, through the one write
+//!   path, and learns its own outcome there (committed, fenced, unknown);
+//! - unknown: the shared transaction is re-sent byte-identical while any member's lease is
+//!   valid (a member whose owner key is gone makes the next send's compare fail, above). When
+//!   none is, one read of every member's first record and owner key settles it the same way:
+//!   committed, can never apply (each member on its own), or still unknown, for every member;
+//! - certainly not applied (refused): each member on its own.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use etcd_client::{Txn, TxnOp};
+use tokio::sync::{Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::JournalLimits;
+use super::cas::{AppendTxn, Sent, gets};
+use crate::connection::Connection;
+use crate::error::EtcdError;
+use crate::lease::Ownership;
+use crate::write::{self, WritePolicy, Written};
+
+/// The most transactions a store's journals have in flight together.
+pub(crate) const SLOTS: usize = 8;
+
+/// What an append came to, and whether a resolving read settled it (for the metrics).
+type Outcome = (Sent, bool);
+
+/// An append waiting for a slot, or in a shared transaction.
+struct Member {
+    id: u64,
+    append: AppendTxn,
+    ownership: Ownership,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// The store's appends, sent in shared transactions (see the module docs).
+pub(crate) struct Batcher {
+    queue: std::sync::Mutex<VecDeque<Member>>,
+    slots: Arc<Semaphore>,
+    ids: AtomicU64,
+    connection: Connection,
+    policy: WritePolicy,
+    limits: JournalLimits,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("free_slots", &self.slots.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    pub(crate) fn new(
+        connection: Connection,
+        policy: WritePolicy,
+        limits: JournalLimits,
+        stop: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            queue: std::sync::Mutex::new(VecDeque::new()),
+            slots: Arc::new(Semaphore::new(SLOTS)),
+            ids: AtomicU64::new(0),
+            connection,
+            policy,
+            limits,
+            stop,
+            tasks,
+        })
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Member>> {
+        self.queue
+            .lock()
+            .expect("the queue lock is never held across a panic")
+    }
+
+    /// Sends `append` (under `ownership`) alone or with others', and says what it came to.
+    ///
+    /// Cancel safety: dropping this future withdraws the append if no transaction took it
+    /// yet; if one did, that transaction goes on for its other members, and this append
+    /// commits or not with it (the journal is left indeterminate, as for any append whose
+    /// sending future is dropped).
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        append: AppendTxn,
+        ownership: &Ownership,
+    ) -> Outcome {
+        let (reply, mut answer) = oneshot::channel();
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        self.queue().push_back(Member {
+            id,
+            append,
+            ownership: ownership.clone(),
+            reply,
+        });
+        loop {
+            let permit = tokio::select! {
+                biased;
+                answer = &mut answer => return answer.unwrap_or_else(|_| stopped()),
+                permit = self.slots.clone().acquire_owned() => {
+                    permit.expect("the slots are never closed")
+                }
+            };
+            let mut batch = self.take();
+            match batch.as_slice() {
+                // Taken into someone else's transaction: its answer comes.
+                [] => continue,
+                // Alone: sent here, as its own transaction.
+                [only] if only.id == id => {
+                    let member = batch.pop().expect("one member");
+                    let outcome = member
+                        .append
+                        .send_telling_how(
+                            &self.connection,
+                            &self.policy,
+                            &member.ownership,
+                            &self.stop,
+                        )
+                        .await;
+                    drop(permit);
+                    return outcome;
+                }
+                // Shared (or someone else's alone): sent on a task of the store's, so that
+                // dropping this call never cuts the others' transaction short.
+                _ => {
+                    let batcher = self.clone();
+                    self.tasks.spawn(async move {
+                        batcher.commit(batch).await;
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next members off the queue (see [`take`]).
+    fn take(&self) -> Vec<Member> {
+        take(&mut self.queue(), &self.limits)
+    }
+
+    /// Sends `batch` as one transaction (one member alone as its own) and answers each member.
+    async fn commit(&self, batch: Vec<Member>) {
+        if batch.len() == 1 {
+            let member = batch.into_iter().next().expect("one member");
+            let outcome = member
+                .append
+                .send_telling_how(
+                    &self.connection,
+                    &self.policy,
+                    &member.ownership,
+                    &self.stop,
+                )
+                .await;
+            let _ = member.reply.send(outcome);
+            return;
+        }
+        let txn = Txn::new()
+            .when(
+                batch
+                    .iter()
+                    .flat_map(|m| m.append.compares.iter().cloned())
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                batch
+                    .iter()
+                    .flat_map(|m| m.append.puts.iter().cloned())
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(batch.iter().map(|m| m.append.or_else()).collect::<Vec<_>>());
+        let resolve = Txn::new().and_then(
+            batch
+                .iter()
+                .flat_map(|m| m.append.resolve_ops())
+                .collect::<Vec<TxnOp>>(),
+        );
+        let written = write::send(
+            &self.connection,
+            &self.policy,
+            "append",
+            &txn,
+            Some(&resolve),
+            || batch.iter().any(|m| m.ownership.is_valid()),
+            &self.stop,
+        )
+        .await;
+        let by_read = matches!(written, Written::Resolved { .. });
+        let appends: Vec<&AppendTxn> = batch.iter().map(|m| &m.append).collect();
+        match settle(&appends, written) {
+            Shared::Committed { revision } => {
+                for member in batch {
+                    let _ = member.reply.send((Sent::Committed { revision }, by_read));
+                }
+            }
+            Shared::Unknown(error) => {
+                for member in batch {
+                    let _ = member.reply.send((Sent::Unknown(error.clone()), false));
+                }
+            }
+            Shared::Never => {
+                tracing::debug!(
+                    members = batch.len(),
+                    "a shared append transaction can never apply; sending each on its own"
+                );
+                let alone = batch.into_iter().map(|member| async move {
+                    let (sent, resolved) = member
+                        .append
+                        .send_telling_how(
+                            &self.connection,
+                            &self.policy,
+                            &member.ownership,
+                            &self.stop,
+                        )
+                        .await;
+                    let _ = member.reply.send((sent, resolved || by_read));
+                });
+                futures_util::future::join_all(alone).await;
+            }
+        }
+    }
+}
+
+/// The next members off `queue`, in order, within etcd's limits (compares, puts, the resolving
+/// read's gets, bytes), one per session; the first always, since each append fits alone
+/// (checked when it was made). Members whose callers went away are dropped.
+fn take(queue: &mut VecDeque<Member>, limits: &JournalLimits) -> Vec<Member> {
+    let (max_ops, max_bytes) = (limits.max_txn_ops, limits.max_bytes());
+    let mut batch: Vec<Member> = Vec::new();
+    let mut sessions = HashSet::new();
+    let (mut compares, mut puts, mut bytes) = (0, 0, 0);
+    let mut i = 0;
+    while let Some(next) = queue.get(i) {
+        if next.reply.is_closed() {
+            queue.remove(i);
+            continue;
+        }
+        let fits = batch.is_empty()
+            || (compares + next.append.compares.len() <= max_ops
+                && puts + next.append.puts.len() <= max_ops
+                // The resolving read gets two keys per member.
+                && 2 * (batch.len() + 1) <= max_ops
+                && bytes + next.append.size <= max_bytes);
+        if !fits {
+            break;
+        }
+        if !sessions.insert(next.append.session) {
+            // The same session's later append: a later transaction.
+            i += 1;
+            continue;
+        }
+        let member = queue.remove(i).expect("there");
+        compares += member.append.compares.len();
+        puts += member.append.puts.len();
+        bytes += member.append.size;
+        batch.push(member);
+    }
+    batch
+}
+
+/// The answer for a member whose transaction's sender went away: the store is shutting down.
+fn stopped() -> Outcome {
+    (Sent::Unknown(EtcdError::stopped("append")), false)
+}
+
+/// What a shared transaction came to (see the module docs).
+#[derive(Debug)]
+enum Shared {
+    /// Every member committed, at this revision.
+    Committed { revision: i64 },
+    /// It never applied and never will: each member is to be sent on its own.
+    Never,
+    /// It may have applied, or may still.
+    Unknown(EtcdError),
+}
+
+/// Reads what the shared transaction of `members` (in order) came to.
+fn settle(members: &[&AppendTxn], written: Written) -> Shared {
+    match written {
+        Written::Replied(response) if response.succeeded() => Shared::Committed {
+            revision: response.header().map_or(0, |h| h.revision()),
+        },
+        // The `else` branch: each member's first record, in order.
+        Written::Replied(response) => {
+            let firsts: Vec<_> = gets(&response).collect();
+            for (member, first) in members.iter().zip(&firsts) {
+                if let Some(first) = first.as_ref().filter(|first| member.ours(first)) {
+                    return Shared::Committed {
+                        revision: first.mod_revision(),
+                    };
+                }
+            }
+            Shared::Never
+        }
+        // Each member's first record and owner key, in order.
+        Written::Resolved { read, unknown } => {
+            let read: Vec<_> = gets(&read).collect();
+            let pairs: Vec<_> = read.chunks(2).collect();
+            if pairs.len() != members.len() || pairs.iter().any(|pair| pair.len() != 2) {
+                return Shared::Unknown(unknown);
+            }
+            for (member, pair) in members.iter().zip(&pairs) {
+                if let Some(first) = pair[0].as_ref().filter(|first| member.ours(first)) {
+                    return Shared::Committed {
+                        revision: first.mod_revision(),
+                    };
+                }
+            }
+            if members
+                .iter()
+                .zip(&pairs)
+                .any(|(member, pair)| member.never(pair[0].as_ref(), pair[1].as_ref()))
+            {
+                Shared::Never
+            } else {
+                Shared::Unknown(unknown)
+            }
+        }
+        Written::Unknown(error) => Shared::Unknown(error),
+        Written::Failed(_) => Shared::Never,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use etcd_client::TxnResponse;
+    use etcd_client::proto::{
+        PbKeyValue, PbRangeResponse, PbResponseHeader, PbResponseOp, PbTxnOpResponse, PbTxnResponse,
+    };
+    use tokio::time::Instant;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::journal::record::encode_event;
+    use crate::lease::{Epoch, LeaseState, NodeLease};
+
+    const EPOCH: Epoch = Epoch(40);
+
+    /// Member `i`'s append: session `i`, first record `r/{i}`, nonce `i`, 3 compares, 2 puts.
+    fn append(i: u128) -> AppendTxn {
+        AppendTxn::for_test(
+            Uuid::from_u128(i),
+            format!("ns/journals/{i}/r/1"),
+            Uuid::from_u128(i),
+            EPOCH,
+            3,
+            2,
+            100,
+        )
+    }
+
+    /// Member `i`'s first record, written by it (or by someone else) at revision 50.
+    fn record(i: u128, ours: bool) -> PbKeyValue {
+        let nonce = Uuid::from_u128(if ours { i } else { 1000 + i });
+        PbKeyValue {
+            key: format!("ns/journals/{i}/r/1").into_bytes(),
+            value: encode_event(1, EPOCH, nonce, b"event"),
+            create_revision: 50,
+            mod_revision: 50,
+            version: 1,
+            lease: 0,
+        }
+    }
+
+    fn owner(create_revision: i64) -> PbKeyValue {
+        PbKeyValue {
+            key: b"ns/owners/s".to_vec(),
+            create_revision,
+            ..PbKeyValue::default()
+        }
+    }
+
+    /// A reply at revision 60, with one get per entry of `gets`.
+    fn reply(succeeded: bool, gets: Vec<Option<PbKeyValue>>) -> TxnResponse {
+        TxnResponse(PbTxnResponse {
+            header: Some(PbResponseHeader {
+                revision: 60,
+                ..PbResponseHeader::default()
+            }),
+            succeeded,
+            responses: gets
+                .into_iter()
+                .map(|kv| PbResponseOp {
+                    response: Some(PbTxnOpResponse::ResponseRange(PbRangeResponse {
+                        kvs: kv.into_iter().collect(),
+                        ..PbRangeResponse::default()
+                    })),
+                })
+                .collect(),
+        })
+    }
+
+    fn unknown() -> EtcdError {
+        EtcdError::timed_out("append", "http://e", Duration::from_secs(1))
+    }
+
+    /// What the shared transaction of members 1, 2, 3 came to.
+    fn settled(written: Written) -> String {
+        let members = [append(1), append(2), append(3)];
+        format!("{:?}", settle(&members.iter().collect::<Vec<_>>(), written))
+    }
+
+    #[test]
+    fn a_reply_settles_every_member_by_the_compare_and_the_else_branch() {
+        assert_eq!(
+            settled(Written::Replied(reply(true, vec![]))),
+            "Committed { revision: 60 }"
+        );
+        // The compare failed, and member 2's first record is its own: an earlier send
+        // committed, for every member.
+        assert_eq!(
+            settled(Written::Replied(reply(
+                false,
+                vec![None, Some(record(2, true)), None]
+            ))),
+            "Committed { revision: 50 }"
+        );
+        // Nobody's record, or someone else's: it never applies; each on its own.
+        assert_eq!(
+            settled(Written::Replied(reply(false, vec![None, None, None]))),
+            "Never"
+        );
+        assert_eq!(
+            settled(Written::Replied(reply(
+                false,
+                vec![Some(record(1, false)), None, None]
+            ))),
+            "Never"
+        );
+    }
+
+    #[test]
+    fn a_resolving_read_settles_every_member_or_leaves_every_member_unknown() {
+        let at_epoch = || Some(owner(EPOCH.revision()));
+        let resolved = |read: Vec<Option<PbKeyValue>>| {
+            settled(Written::Resolved {
+                read: reply(true, read),
+                unknown: unknown(),
+            })
+        };
+        // Member 3's record is its own: committed, for every member.
+        assert_eq!(
+            resolved(vec![
+                None,
+                at_epoch(),
+                None,
+                at_epoch(),
+                Some(record(3, true)),
+                None
+            ]),
+            "Committed { revision: 50 }"
+        );
+        // Member 2's owner key is gone: the shared transaction can never apply.
+        assert_eq!(
+            resolved(vec![None, at_epoch(), None, None, None, at_epoch()]),
+            "Never"
+        );
+        // Member 1's first record is someone else's: the same.
+        assert_eq!(
+            resolved(vec![
+                Some(record(1, false)),
+                at_epoch(),
+                None,
+                at_epoch(),
+                None,
+                at_epoch()
+            ]),
+            "Never"
+        );
+        // Every owner key at its epoch, no record: it may still apply.
+        assert!(
+            resolved(vec![None, at_epoch(), None, at_epoch(), None, at_epoch()])
+                .starts_with("Unknown(")
+        );
+        // A read that does not match the members says nothing.
+        assert!(resolved(vec![None, at_epoch()]).starts_with("Unknown("));
+    }
+
+    #[test]
+    fn no_answer_leaves_every_member_unknown_and_a_refusal_sends_each_on_its_own() {
+        assert!(settled(Written::Unknown(unknown())).starts_with("Unknown("));
+        assert_eq!(settled(Written::Failed(unknown())), "Never");
+    }
+
+    fn member(i: u128, session: u128) -> (Member, oneshot::Receiver<Outcome>) {
+        let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
+        let state = LeaseState::new(
+            Uuid::from_u128(session),
+            EPOCH,
+            "k".into(),
+            Uuid::nil(),
+            node,
+        );
+        let (reply, answer) = oneshot::channel();
+        let mut append = append(i);
+        append.session = Uuid::from_u128(session);
+        let member = Member {
+            id: i as u64,
+            append,
+            ownership: Ownership::new(state),
+            reply,
+        };
+        (member, answer)
+    }
+
+    fn ids(batch: &[Member]) -> Vec<u64> {
+        batch.iter().map(|m| m.id).collect()
+    }
+
+    #[test]
+    fn a_batch_takes_the_queue_in_order_one_append_per_session_within_the_limits() {
+        let mut answers = Vec::new();
+        let mut queue: VecDeque<Member> = [(1, 1), (2, 2), (3, 1), (4, 3), (5, 4)]
+            .into_iter()
+            .map(|(i, session)| {
+                let (member, answer) = member(i, session);
+                answers.push(answer);
+                member
+            })
+            .collect();
+        // Room for 3 members' compares (3 each) in 10 operations per branch.
+        let limits = JournalLimits::default().with_max_txn_ops(10);
+        // Session 1's second append waits for a later transaction; the limit stops at 3.
+        assert_eq!(ids(&take(&mut queue, &limits)), [1, 2, 4]);
+        assert_eq!(ids(&take(&mut queue, &limits)), [3, 5]);
+        assert!(take(&mut queue, &limits).is_empty());
+
+        // Bytes: 100 each, room for 250.
+        let mut queue: VecDeque<Member> = (1..=3)
+            .map(|i| {
+                let (member, answer) = member(i, i);
+                answers.push(answer);
+                member
+            })
+            .collect();
+        let limits = JournalLimits::default()
+            .with_max_request_bytes(250 + 1024)
+            .with_headroom(1024);
+        assert_eq!(ids(&take(&mut queue, &limits)), [1, 2]);
+        assert_eq!(ids(&take(&mut queue, &limits)), [3]);
+
+        // A member whose caller went away is dropped, not sent.
+        let (first, answer) = member(1, 1);
+        drop(answer);
+        let (second, answer) = member(2, 2);
+        answers.push(answer);
+        let mut queue: VecDeque<Member> = [first, second].into_iter().collect();
+        assert_eq!(ids(&take(&mut queue, &JournalLimits::default())), [2]);
+        assert!(queue.is_empty());
+        drop(answers);
+    }
+}
