@@ -226,26 +226,32 @@ impl Bench {
         }
     }
 
-    /// Sequential fenced appends vs a raw txn with the same puts.
+    /// Sequential fenced appends vs a raw txn with the same puts, one of each in turn (so that
+    /// the machine's drift weighs on both alike).
     async fn append(&self) -> Result<(), Failure> {
         const PER: usize = 200;
         let store = self.store("bench-append", 10).await?;
         let (_lease, journal) = self.journal(&store).await?;
-        let journal = Arc::new(journal);
         let key = format!("{}bench/append", self.namespace.prefix());
         let mut rounds = Rounds::default();
         for round in 0..self.rounds {
             self.progress(format_args!("append: round {}/{}", round + 1, self.rounds));
-            let (rate, latencies) = appenders(std::iter::once(journal.clone()), PER).await?;
-            rounds.ours.push(rate);
-            rounds.latencies.extend(latencies);
-            let started = Instant::now();
+            let (mut ours, mut baseline) = (Duration::ZERO, Duration::ZERO);
             for i in 0..PER {
+                let started = Instant::now();
+                journal
+                    .append(vec![7u8; 64])
+                    .await
+                    .map_err(Failure::runtime)?;
+                let took = started.elapsed();
+                ours += took;
+                rounds.latencies.push(took);
+                let started = Instant::now();
                 self.raw_append(&key, round * PER + i).await?;
+                baseline += started.elapsed();
             }
-            rounds
-                .baseline
-                .push(PER as f64 / started.elapsed().as_secs_f64());
+            rounds.ours.push(PER as f64 / ours.as_secs_f64());
+            rounds.baseline.push(PER as f64 / baseline.as_secs_f64());
         }
         store.close().await;
         self.report(
@@ -361,7 +367,8 @@ impl Bench {
         Ok(())
     }
 
-    /// acquire + release vs etcd's lock + unlock on an existing lease.
+    /// acquire + release vs etcd's lock + unlock on an existing lease, one cycle of each in
+    /// turn (which goes first alternates), each side's median cycle reported.
     async fn acquire(&self) -> Result<(), Failure> {
         const PER: usize = 100;
         let store = self.store("bench-acquire", 10).await?;
@@ -378,40 +385,50 @@ impl Bench {
             .lease_keep_alive(lock_lease)
             .await
             .map_err(Failure::runtime)?;
-        let mut rounds = Rounds::default();
+        let (mut ours, mut baseline) = (Vec::new(), Vec::new());
         for round in 0..self.rounds {
             self.progress(format_args!("acquire: round {}/{}", round + 1, self.rounds));
             let _ = keeper.0.keep_alive().await;
-            let started = Instant::now();
-            for _ in 0..PER {
-                let call = Instant::now();
+            for i in 0..PER {
+                let lock = || async {
+                    let name = format!("{}bench/lock/{round}/{i}", self.namespace.prefix());
+                    let started = Instant::now();
+                    let locked = self
+                        .raw
+                        .clone()
+                        .lock(name, Some(LockOptions::new().with_lease(lock_lease)))
+                        .await
+                        .map_err(Failure::runtime)?;
+                    self.raw
+                        .clone()
+                        .unlock(locked.key())
+                        .await
+                        .map_err(Failure::runtime)?;
+                    Ok::<_, Failure>(started.elapsed())
+                };
+                if i % 2 == 1 {
+                    baseline.push(lock().await?);
+                }
+                let started = Instant::now();
                 let lease = store
                     .acquire_lease(Uuid::new_v4())
                     .await
                     .map_err(Failure::runtime)?;
                 lease.release().await.map_err(Failure::runtime)?;
-                rounds.latencies.push(call.elapsed());
+                ours.push(started.elapsed());
+                if i % 2 == 0 {
+                    baseline.push(lock().await?);
+                }
             }
-            rounds.ours.push(ms(started.elapsed()) / PER as f64);
-            let started = Instant::now();
-            for i in 0..PER {
-                let name = format!("{}bench/lock/{round}/{i}", self.namespace.prefix());
-                let locked = self
-                    .raw
-                    .clone()
-                    .lock(name, Some(LockOptions::new().with_lease(lock_lease)))
-                    .await
-                    .map_err(Failure::runtime)?;
-                self.raw
-                    .clone()
-                    .unlock(locked.key())
-                    .await
-                    .map_err(Failure::runtime)?;
-            }
-            rounds.baseline.push(ms(started.elapsed()) / PER as f64);
         }
         let _ = self.raw.clone().lease_revoke(lock_lease).await;
         store.close().await;
+        let cycles = |latencies: &mut Vec<Duration>| vec![percentile_ms(latencies, 0.5)];
+        let rounds = Rounds {
+            ours: cycles(&mut ours),
+            baseline: cycles(&mut baseline),
+            latencies: ours,
+        };
         self.report(
             "acquire",
             "acquire + release",

@@ -58,11 +58,22 @@ struct Entry {
     /// Events seen while an acquisition was under way.
     seen: Vec<OwnerEvent>,
     waiters: Vec<Arc<Notify>>,
+    /// The nonce of a key of ours whose release is under way, until the watch sees it
+    /// deleted: a late event of its creation is not an orphan's (the release deletes it).
+    releasing: Option<Uuid>,
 }
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.held.is_none() && self.acquiring == 0 && self.waiters.is_empty()
+        self.held.is_none()
+            && self.acquiring == 0
+            && self.waiters.is_empty()
+            && self.releasing.is_none()
+    }
+
+    /// Whether a key of ours with `nonce` that no lease adopted is an orphan.
+    fn orphaned(&self, nonce: Uuid) -> bool {
+        self.releasing != Some(nonce)
     }
 }
 
@@ -126,6 +137,7 @@ impl Registry {
                     ours: Some(nonce), ..
                 } = event
                     && Some(nonce) != adopted
+                    && Some(nonce) != entry.releasing
                     && !orphans.iter().any(|o: &Orphan| o.nonce == nonce)
                 {
                     orphans.push(Orphan { session, nonce });
@@ -156,6 +168,8 @@ impl Registry {
             entry.held = None;
         }
         if matches!(event, OwnerEvent::Deleted { .. }) {
+            // The key being released (if any) is gone.
+            entry.releasing = None;
             for waiter in &entry.waiters {
                 waiter.notify_one();
             }
@@ -166,6 +180,7 @@ impl Registry {
                 create_revision,
                 ..
             } if entry.acquiring == 0
+                && entry.orphaned(nonce)
                 && entry
                     .held
                     .as_ref()
@@ -220,6 +235,9 @@ impl Registry {
                 .is_some_and(|held| held.epoch == lease.epoch)
             {
                 entry.held = None;
+                // Its key goes by this release: until the watch sees it deleted, a late event
+                // of its creation is not an orphan's.
+                entry.releasing = Some(lease.nonce);
             }
             if entry.is_empty() {
                 self.entries.remove(&lease.session);
@@ -269,6 +287,49 @@ mod tests {
             create_revision,
             ours: None,
         }
+    }
+
+    /// A release forgets the lease before its delete; the watch may see the key's creation
+    /// only after that. It is the released key, not an orphan to delete once more.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_event_of_a_released_key_is_not_an_orphan() {
+        let (session, nonce) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut registry = Registry::default();
+        let held = lease(session, 10, nonce);
+        registry.begin_acquire(session);
+        assert!(registry.end_acquire(session, Some(&held)).is_empty());
+        held.release();
+        registry.forget(&held);
+        assert_eq!(registry.held(), 0);
+
+        let created = OwnerEvent::Put {
+            revision: 10,
+            create_revision: 10,
+            ours: Some(nonce),
+        };
+        assert_eq!(registry.observe(session, created), None, "the released key");
+        // A key of ours with another nonce is still an orphan.
+        let other = Uuid::new_v4();
+        let orphan = OwnerEvent::Put {
+            revision: 12,
+            create_revision: 12,
+            ours: Some(other),
+        };
+        assert_eq!(
+            registry.observe(session, orphan),
+            Some(Orphan {
+                session,
+                nonce: other
+            })
+        );
+        // Once the watch sees the delete, nothing is kept for the session.
+        assert_eq!(
+            registry.observe(session, OwnerEvent::Deleted { revision: 11 }),
+            None
+        );
+        assert!(registry.sessions().is_empty());
+        // And the same key seen again is news: an orphan.
+        assert!(registry.observe(session, created).is_some());
     }
 
     #[test]
