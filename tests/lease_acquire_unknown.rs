@@ -152,3 +152,43 @@ async fn a_full_etcd_refuses_acquisitions_with_an_etcd_error_not_a_lost_node_lea
         .await
         .expect("writes go through once the alarm is cleared");
 }
+
+/// An acquisition whose caller goes away while its transaction is in flight (its reply is
+/// lost, and the caller gives up) leaves no owner key behind: the key it committed is one no
+/// handle adopts, and the store deletes it once its watch sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquisition_dropped_in_flight_leaves_no_owner_key_behind() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
+    let session = Uuid::new_v4();
+    let key = etcd.ns.owner_key(session);
+
+    proxy.drop_replies();
+    let attempt = tokio::time::timeout(Duration::from_millis(300), store.acquire_lease(session));
+    assert!(
+        attempt.await.is_err(),
+        "no reply, so no lease: the caller gives up"
+    );
+    // The request went through; only its reply was lost.
+    wait_for(
+        "the abandoned acquisition's key",
+        Duration::from_secs(5),
+        || async { (common::create_revision(&etcd.raw, &key).await > 0).then_some(()) },
+    )
+    .await
+    .unwrap();
+    proxy.heal();
+
+    wait_for(
+        "the abandoned key deleted",
+        Duration::from_secs(10),
+        || async { (common::create_revision(&etcd.raw, &key).await == 0).then_some(()) },
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.held_sessions(), 0);
+    // The session is free: the store acquires it like any other.
+    let lease = store.acquire_lease(session).await.unwrap();
+    assert!(lease.is_valid());
+}

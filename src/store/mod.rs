@@ -8,17 +8,19 @@
 //!
 //! # Acquire
 //!
-//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease)
-//! else get(owner)`. On success the epoch is the transaction's revision (the key's
-//! `create_revision`); otherwise [`LeaseHeldError`](crate::LeaseHeldError) carries the holder's
+//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease),
+//! get(tip) else get(owner)`. On success the epoch is the transaction's revision (the key's
+//! `create_revision`), and the journal's tip as of that revision is kept for the journal's
+//! open, which fences at it without reading it again; otherwise [`LeaseHeldError`](crate::LeaseHeldError) carries the holder's
 //! epoch. The value holds this store's id and a fresh nonce, so an acquisition whose outcome is
 //! unknown is re-sent byte-identical (the crate's one write path, while the node lease is
 //! valid) and settled by reading the key back: our nonce means it was ours. A key of this store
 //! that no handle adopts (an acquisition that gave up while its transaction was still in
 //! flight) is deleted in the background, guarded by its value. See `acquire.rs`.
 //!
-//! Acquisitions run on a task of the store, so dropping the future of an acquisition cannot
-//! leave a committed owner key behind: a lease nobody receives is released.
+//! Dropping the future of an acquisition cannot leave a committed owner key behind: a lease
+//! built and not returned is dropped, which releases it; a transaction still in flight that
+//! commits later writes a key no handle adopts, which the watch finds and deletes.
 //!
 //! # Release and background deletes
 //!
@@ -499,17 +501,9 @@ impl Store {
         if self.shared.shutdown.is_cancelled() {
             return Err(AcquireError::StoreClosed);
         }
-        let shared = self.shared.clone();
-        // On a task of the store: if this future is dropped, the task still finishes and a
-        // lease nobody receives is dropped, which releases it.
-        let attempt = self
-            .shared
-            .tasks
-            .spawn(async move { shared.clone().acquire(session).await });
-        match attempt.await {
-            Ok(result) => result,
-            Err(_) => Err(AcquireError::StoreClosed),
-        }
+        // In the caller's task: if this future is dropped mid-flight, what it may have
+        // committed is an orphan the watch deletes (see the module docs).
+        self.shared.clone().acquire(session).await
     }
 
     /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
