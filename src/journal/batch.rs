@@ -142,15 +142,7 @@ impl Batcher {
                 // Alone: sent here, as its own transaction.
                 [only] if only.id == id => {
                     let member = batch.pop().expect("one member");
-                    let outcome = member
-                        .append
-                        .send_telling_how(
-                            &self.connection,
-                            &self.policy,
-                            &member.ownership,
-                            &self.stop,
-                        )
-                        .await;
+                    let outcome = self.alone(&member).await;
                     drop(permit);
                     return outcome;
                 }
@@ -172,19 +164,24 @@ impl Batcher {
         take(&mut self.queue(), &self.limits)
     }
 
+    /// Sends `member`'s append as its own transaction, through the one write path.
+    async fn alone(&self, member: &Member) -> Outcome {
+        member
+            .append
+            .send_telling_how(
+                &self.connection,
+                &self.policy,
+                &member.ownership,
+                &self.stop,
+            )
+            .await
+    }
+
     /// Sends `batch` as one transaction (one member alone as its own) and answers each member.
     async fn commit(&self, batch: Vec<Member>) {
         if batch.len() == 1 {
             let member = batch.into_iter().next().expect("one member");
-            let outcome = member
-                .append
-                .send_telling_how(
-                    &self.connection,
-                    &self.policy,
-                    &member.ownership,
-                    &self.stop,
-                )
-                .await;
+            let outcome = self.alone(&member).await;
             let _ = member.reply.send(outcome);
             return;
         }
@@ -237,15 +234,7 @@ impl Batcher {
                     "a shared append transaction can never apply; sending each on its own"
                 );
                 let alone = batch.into_iter().map(|member| async move {
-                    let (sent, resolved) = member
-                        .append
-                        .send_telling_how(
-                            &self.connection,
-                            &self.policy,
-                            &member.ownership,
-                            &self.stop,
-                        )
-                        .await;
+                    let (sent, resolved) = self.alone(&member).await;
                     let _ = member.reply.send((sent, resolved || by_read));
                 });
                 futures_util::future::join_all(alone).await;
@@ -358,14 +347,12 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
 mod tests {
     use std::time::Duration;
 
-    use etcd_client::TxnResponse;
-    use etcd_client::proto::{
-        PbKeyValue, PbRangeResponse, PbResponseHeader, PbResponseOp, PbTxnOpResponse, PbTxnResponse,
-    };
+    use etcd_client::proto::PbKeyValue;
     use tokio::time::Instant;
     use uuid::Uuid;
 
     use super::*;
+    use crate::journal::cas::tests::{owner, reply, unknown};
     use crate::journal::record::encode_event;
     use crate::lease::{Epoch, LeaseState, NodeLease};
 
@@ -395,38 +382,6 @@ mod tests {
             version: 1,
             lease: 0,
         }
-    }
-
-    fn owner(create_revision: i64) -> PbKeyValue {
-        PbKeyValue {
-            key: b"ns/owners/s".to_vec(),
-            create_revision,
-            ..PbKeyValue::default()
-        }
-    }
-
-    /// A reply at revision 60, with one get per entry of `gets`.
-    fn reply(succeeded: bool, gets: Vec<Option<PbKeyValue>>) -> TxnResponse {
-        TxnResponse(PbTxnResponse {
-            header: Some(PbResponseHeader {
-                revision: 60,
-                ..PbResponseHeader::default()
-            }),
-            succeeded,
-            responses: gets
-                .into_iter()
-                .map(|kv| PbResponseOp {
-                    response: Some(PbTxnOpResponse::ResponseRange(PbRangeResponse {
-                        kvs: kv.into_iter().collect(),
-                        ..PbRangeResponse::default()
-                    })),
-                })
-                .collect(),
-        })
-    }
-
-    fn unknown() -> EtcdError {
-        EtcdError::timed_out("append", "http://e", Duration::from_secs(1))
     }
 
     /// What the shared transaction of members 1, 2, 3 came to.

@@ -325,7 +325,7 @@ pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyVal
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use etcd_client::proto::{
@@ -362,7 +362,7 @@ mod tests {
         }
     }
 
-    fn owner(create_revision: i64) -> PbKeyValue {
+    pub(in crate::journal) fn owner(create_revision: i64) -> PbKeyValue {
         PbKeyValue {
             key: b"ns/owners/s".to_vec(),
             create_revision,
@@ -371,7 +371,7 @@ mod tests {
     }
 
     /// A reply: `succeeded`, at revision 60, with one get per entry of `gets`.
-    fn reply(succeeded: bool, gets: Vec<Option<PbKeyValue>>) -> TxnResponse {
+    pub(in crate::journal) fn reply(succeeded: bool, gets: Vec<Option<PbKeyValue>>) -> TxnResponse {
         TxnResponse(PbTxnResponse {
             header: Some(PbResponseHeader {
                 revision: 60,
@@ -390,7 +390,7 @@ mod tests {
         })
     }
 
-    fn unknown() -> EtcdError {
+    pub(in crate::journal) fn unknown() -> EtcdError {
         EtcdError::timed_out("append", "http://e", Duration::from_secs(1))
     }
 
