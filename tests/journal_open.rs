@@ -62,8 +62,19 @@ async fn opening_without_a_valid_lease_of_the_session_is_refused_with_typed_erro
     ));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn opening_appends_a_fence_that_event_replay_hides() {
+/// A session whose journal store a wrote and released, for store b to take over.
+struct Handed {
+    b: leasehold::Store,
+    session: Uuid,
+    /// a's lease, released.
+    lease_a: leasehold::Lease,
+    // Last: the container outlives the stores.
+    etcd: EtcdNode,
+}
+
+/// Starts etcd and stores a and b; a opens a new session's journal, appends `batches` (one
+/// call each) and releases the session.
+async fn handed_from_a(batches: &[&[&str]]) -> Handed {
     let etcd = EtcdNode::start().await.expect("etcd starts");
     let ns = random_namespace();
     let (a, b) = (
@@ -71,12 +82,28 @@ async fn opening_appends_a_fence_that_event_replay_hides() {
         common::store(&[etcd.endpoint().to_owned()], &ns, "b", 10).await,
     );
     let session = Uuid::new_v4();
-
     let lease_a = a.acquire_lease(session).await.unwrap();
     let journal = a.open_journal(session, Some(&lease_a)).await.unwrap();
-    journal.append("one").await.unwrap();
-    journal.append_batch(&["two", "three"]).await.unwrap();
+    for batch in batches {
+        journal.append_batch(batch).await.unwrap();
+    }
     lease_a.release().await.unwrap();
+    Handed {
+        b,
+        session,
+        lease_a,
+        etcd,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn opening_appends_a_fence_that_event_replay_hides() {
+    let Handed {
+        etcd: _etcd,
+        b,
+        session,
+        lease_a,
+    } = handed_from_a(&[&["one"], &["two", "three"]]).await;
 
     let lease_b = b.acquire_lease(session).await.unwrap();
     let journal = b.open_journal(session, Some(&lease_b)).await.unwrap();
@@ -109,18 +136,12 @@ async fn opening_appends_a_fence_that_event_replay_hides() {
 /// and tip anew and fences at the tip as it is, instead of failing as fenced.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tip_that_moved_since_the_acquisition_is_read_again_by_the_open() {
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-    let ns = random_namespace();
-    let (a, b) = (
-        common::store(&[etcd.endpoint().to_owned()], &ns, "a", 10).await,
-        common::store(&[etcd.endpoint().to_owned()], &ns, "b", 10).await,
-    );
-    let session = Uuid::new_v4();
-
-    let lease_a = a.acquire_lease(session).await.unwrap();
-    let journal = a.open_journal(session, Some(&lease_a)).await.unwrap();
-    journal.append_batch(&["one", "two"]).await.unwrap();
-    lease_a.release().await.unwrap();
+    let Handed {
+        etcd: _etcd,
+        b,
+        session,
+        ..
+    } = handed_from_a(&[&["one", "two"]]).await;
 
     // b's acquisition saw the tip at seq 3; then the journal goes, tip and all.
     let lease_b = b.acquire_lease(session).await.unwrap();
