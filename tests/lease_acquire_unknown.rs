@@ -9,13 +9,20 @@ use std::time::Duration;
 use leasehold::testing::{FaultProxy, wait_for};
 use leasehold::{LossReason, Uuid};
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_acquisition_whose_reply_was_dropped_adopts_its_own_key_written_once() {
+/// etcd, a proxy to it, store "a" connected through the proxy, and a new session with its
+/// owner key.
+async fn through_a_proxy() -> (common::Etcd, FaultProxy, leasehold::Store, Uuid, String) {
     let etcd = common::Etcd::start().await;
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
     let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
     let session = Uuid::new_v4();
     let key = etcd.ns.owner_key(session);
+    (etcd, proxy, store, session, key)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquisition_whose_reply_was_dropped_adopts_its_own_key_written_once() {
+    let (etcd, proxy, store, session, key) = through_a_proxy().await;
 
     proxy.drop_replies();
     let pending = {
@@ -158,11 +165,7 @@ async fn a_full_etcd_refuses_acquisitions_with_an_etcd_error_not_a_lost_node_lea
 /// handle adopts, and the store deletes it once its watch sees it.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_acquisition_dropped_in_flight_leaves_no_owner_key_behind() {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let store = common::store(&[proxy.endpoint()], &etcd.ns, "a", 10).await;
-    let session = Uuid::new_v4();
-    let key = etcd.ns.owner_key(session);
+    let (etcd, proxy, store, session, key) = through_a_proxy().await;
 
     proxy.drop_replies();
     let attempt = tokio::time::timeout(Duration::from_millis(300), store.acquire_lease(session));
