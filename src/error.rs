@@ -98,6 +98,13 @@ impl EtcdError {
         Self::new(operation, "(none)", etcd_client::Error::GRpcStatus(status))
     }
 
+    /// A write whose outcome can no longer be read (the evidence is gone): it may have been
+    /// applied, for good.
+    pub(crate) fn unreadable(operation: &'static str, why: String) -> Self {
+        let status = tonic::Status::aborted(why);
+        Self::new(operation, "(none)", etcd_client::Error::GRpcStatus(status))
+    }
+
     /// What the failure means for the request; see [`FailureClass`].
     pub fn class(&self) -> FailureClass {
         self.class

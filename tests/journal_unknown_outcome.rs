@@ -89,3 +89,36 @@ async fn a_committed_append_is_found_even_after_another_owner_fenced_the_journal
     assert_eq!(report.fence_epochs, [a.lease.epoch(), lease_b.epoch()]);
     assert_eq!(report.records, 4, "fence, x, fence, y");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_append_is_found_even_after_a_trim_removed_its_first_record() {
+    let a = writer().await;
+    let connection =
+        leasehold::Connection::connect(leasehold::ConnectOptions::new([a.etcd.node.endpoint()]))
+            .await
+            .unwrap();
+    let admin = leasehold::Admin::new(connection, a.etcd.ns.clone());
+    let mut history = AppendHistory::default();
+
+    // --- phase: A's three-record append (2, 3, 4) commits; its reply is lost
+    a.proxy.drop_replies();
+    let journal = a.journal.clone();
+    let pending = tokio::spawn(async move { journal.append_batch(&["x", "y", "z"]).await });
+    a.committed(4).await;
+
+    // --- phase: before A can ask, a trim removes 2 and 3, the append's first records
+    let trimmed = admin.trim(a.session, 4).await.unwrap();
+    assert_eq!(trimmed.base, 4);
+
+    // --- phase: A hears back: its re-send's compare fails, and its first record is gone
+    a.proxy.heal();
+    let result = pending.await.unwrap();
+    history.record(&["x", "y", "z"], &result);
+    let appended = result.expect("committed (the tip is its own), not fenced");
+    assert_eq!((appended.first_seq, appended.last_seq), (2, 4));
+    let result = a.journal.append("after").await;
+    history.record(&["after"], &result);
+    result.expect("the journal goes on");
+    let report = check_journal(&a.store, a.session, &history).await.unwrap();
+    assert_eq!(report.records, 2, "z and after: the rest was trimmed");
+}

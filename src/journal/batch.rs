@@ -11,7 +11,7 @@
 //! ```text
 //! if   every member's compares (its tip, its owner key, its first record)
 //! then every member's puts (its records, its tip)
-//! else get(every member's first record)
+//! else get(every member's first record and tip)
 //! ```
 //!
 //! A lone append is sent at once, as its own transaction, with no timer. Two appends of one
@@ -21,15 +21,16 @@
 //! The shared transaction applies all or nothing, so every member's outcome follows from it:
 //!
 //! - applied: every member committed, at the reply's revision;
-//! - a compare failed: the `else` branch showing any member's first record with that member's
-//!   nonce means an earlier send committed, for every member. Otherwise the failed compare is
-//!   a member's whose compares can never all hold again (see `cas`), so the shared
+//! - a compare failed: the `else` branch showing any member's first record or tip with that
+//!   member's nonce means an earlier send committed, for every member. Otherwise the failed
+//!   compare is a member's whose compares can never all hold again (see `cas`), so the shared
 //!   transaction can never apply: each member is then sent on its own, through the one write
 //!   path, and learns its own outcome there (committed, fenced, unknown);
 //! - unknown: the shared transaction is re-sent byte-identical while any member's lease is
 //!   valid (a member whose owner key is gone makes the next send's compare fail, above). When
-//!   none is, one read of every member's first record and owner key settles it the same way:
-//!   committed, can never apply (each member on its own), or still unknown, for every member;
+//!   none is, one read of every member's first record, tip and owner key settles it the same
+//!   way: committed, can never apply (each member on its own), or still unknown, for every
+//!   member;
 //! - certainly not applied (refused): each member on its own.
 
 use std::collections::{HashSet, VecDeque};
@@ -42,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::JournalLimits;
-use super::cas::{AppendTxn, Sent, gets};
+use super::cas::{AppendTxn, Seen, Sent, gets};
 use crate::connection::Connection;
 use crate::error::EtcdError;
 use crate::lease::Ownership;
@@ -198,7 +199,12 @@ impl Batcher {
                     .flat_map(|m| m.append.puts.iter().cloned())
                     .collect::<Vec<_>>(),
             )
-            .or_else(batch.iter().map(|m| m.append.or_else()).collect::<Vec<_>>());
+            .or_else(
+                batch
+                    .iter()
+                    .flat_map(|m| m.append.or_else())
+                    .collect::<Vec<_>>(),
+            );
         let resolve = Txn::new().and_then(
             batch
                 .iter()
@@ -260,8 +266,8 @@ fn take(queue: &mut VecDeque<Member>, limits: &JournalLimits) -> Vec<Member> {
         let fits = batch.is_empty()
             || (compares + next.append.compares.len() <= max_ops
                 && puts + next.append.puts.len() <= max_ops
-                // The resolving read gets two keys per member.
-                && 2 * (batch.len() + 1) <= max_ops
+                // The `else` branch gets two keys per member, the resolving read three.
+                && 3 * (batch.len() + 1) <= max_ops
                 && bytes + next.append.size <= max_bytes);
         if !fits {
             break;
@@ -302,37 +308,39 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
         Written::Replied(response) if response.succeeded() => Shared::Committed {
             revision: response.header().map_or(0, |h| h.revision()),
         },
-        // The `else` branch: each member's first record, in order.
+        // The `else` branch: each member's first record and tip, in order.
         Written::Replied(response) => {
-            let firsts: Vec<_> = gets(&response).collect();
-            for (member, first) in members.iter().zip(&firsts) {
-                if let Some(first) = first.as_ref().filter(|first| member.ours(first)) {
-                    return Shared::Committed {
-                        revision: first.mod_revision(),
-                    };
-                }
-            }
-            Shared::Never
+            let read: Vec<_> = gets(&response).collect();
+            let seen = members.iter().zip(read.chunks(2)).map(|(member, read)| {
+                member.seen(read[0].as_ref(), read.get(1).and_then(Option::as_ref))
+            });
+            committed(seen).unwrap_or(Shared::Never)
         }
-        // Each member's first record and owner key, in order.
+        // Each member's first record, tip and owner key, in order.
         Written::Resolved { read, unknown } => {
             let read: Vec<_> = gets(&read).collect();
-            let pairs: Vec<_> = read.chunks(2).collect();
-            if pairs.len() != members.len() || pairs.iter().any(|pair| pair.len() != 2) {
+            if read.len() != 3 * members.len() {
                 return Shared::Unknown(unknown);
             }
-            for (member, pair) in members.iter().zip(&pairs) {
-                if let Some(first) = pair[0].as_ref().filter(|first| member.ours(first)) {
-                    return Shared::Committed {
-                        revision: first.mod_revision(),
-                    };
-                }
-            }
-            if members
+            let seen: Vec<_> = members
                 .iter()
-                .zip(&pairs)
-                .any(|(member, pair)| member.never(pair[0].as_ref(), pair[1].as_ref()))
-            {
+                .zip(read.chunks(3))
+                .map(|(member, read)| {
+                    (
+                        member.seen(read[0].as_ref(), read[1].as_ref()),
+                        member.unowned(read[2].as_ref()),
+                    )
+                })
+                .collect();
+            if let Some(committed) = committed(seen.iter().map(|(seen, _)| *seen)) {
+                return committed;
+            }
+            // A member whose place is taken, or whose owner key moved on, can never have
+            // its compares hold again: neither can the shared transaction.
+            let never = |(seen, unowned): &(Seen, bool)| {
+                matches!(seen, Seen::Taken | Seen::Trimmed) || *unowned
+            };
+            if seen.iter().any(never) {
                 Shared::Never
             } else {
                 Shared::Unknown(unknown)
@@ -341,6 +349,15 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
         Written::Unknown(error) => Shared::Unknown(error),
         Written::Failed(_) => Shared::Never,
     }
+}
+
+/// Committed, at the revision some member's record or tip shows, if any does: the shared
+/// transaction applies all or nothing.
+fn committed(seen: impl IntoIterator<Item = Seen>) -> Option<Shared> {
+    seen.into_iter().find_map(|seen| match seen {
+        Seen::Committed { revision } => Some(Shared::Committed { revision }),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -352,7 +369,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::journal::cas::tests::{owner, reply, unknown};
+    use crate::journal::cas::tests::{owner, reply, tip, unknown};
     use crate::journal::record::encode_event;
     use crate::lease::{Epoch, LeaseState, NodeLease};
 
@@ -392,6 +409,8 @@ mod tests {
 
     #[test]
     fn a_reply_settles_every_member_by_the_compare_and_the_else_branch() {
+        let theirs = Uuid::from_u128(1000);
+        let failed = |read| settled(Written::Replied(reply(false, read)));
         assert_eq!(
             settled(Written::Replied(reply(true, vec![]))),
             "Committed { revision: 60 }"
@@ -399,28 +418,31 @@ mod tests {
         // The compare failed, and member 2's first record is its own: an earlier send
         // committed, for every member.
         assert_eq!(
-            settled(Written::Replied(reply(
-                false,
-                vec![None, Some(record(2, true)), None]
-            ))),
+            failed(vec![None, None, Some(record(2, true)), None, None, None]),
             "Committed { revision: 50 }"
         );
-        // Nobody's record, or someone else's: it never applies; each on its own.
+        // Member 3's first record was trimmed since, but the tip is still its own: the same.
+        let tip3 = Some(tip(4, Uuid::from_u128(3)));
         assert_eq!(
-            settled(Written::Replied(reply(false, vec![None, None, None]))),
+            failed(vec![None, None, None, None, None, tip3]),
+            "Committed { revision: 55 }"
+        );
+        // Nobody's record, someone else's, or a trimmed one: it never applies; each on its
+        // own (where a trimmed member learns that its outcome is unknown).
+        assert_eq!(failed(vec![None; 6]), "Never");
+        assert_eq!(
+            failed(vec![Some(record(1, false)), None, None, None, None, None]),
             "Never"
         );
         assert_eq!(
-            settled(Written::Replied(reply(
-                false,
-                vec![Some(record(1, false)), None, None]
-            ))),
+            failed(vec![None, Some(tip(4, theirs)), None, None, None, None]),
             "Never"
         );
     }
 
     #[test]
     fn a_resolving_read_settles_every_member_or_leaves_every_member_unknown() {
+        let theirs = Uuid::from_u128(1000);
         let at_epoch = || Some(owner(EPOCH.revision()));
         let resolved = |read: Vec<Option<PbKeyValue>>| {
             settled(Written::Resolved {
@@ -428,42 +450,54 @@ mod tests {
                 unknown: unknown(),
             })
         };
+        // Each member: its first record, its tip, its owner key.
+        let member = |first, tip, owner| [first, tip, owner];
+        let untouched = || member(None, None, at_epoch());
+        let read = |members: [[Option<PbKeyValue>; 3]; 3]| members.concat();
         // Member 3's record is its own: committed, for every member.
         assert_eq!(
-            resolved(vec![
-                None,
-                at_epoch(),
-                None,
-                at_epoch(),
-                Some(record(3, true)),
-                None
-            ]),
+            resolved(read([
+                untouched(),
+                untouched(),
+                member(Some(record(3, true)), None, None)
+            ])),
             "Committed { revision: 50 }"
+        );
+        // Member 1's tip is its own: the same.
+        assert_eq!(
+            resolved(read([
+                member(None, Some(tip(3, Uuid::from_u128(1))), None),
+                untouched(),
+                untouched()
+            ])),
+            "Committed { revision: 55 }"
         );
         // Member 2's owner key is gone: the shared transaction can never apply.
         assert_eq!(
-            resolved(vec![None, at_epoch(), None, None, None, at_epoch()]),
+            resolved(read([untouched(), member(None, None, None), untouched()])),
             "Never"
         );
-        // Member 1's first record is someone else's: the same.
+        // Member 1's first record is someone else's, or was trimmed: the same.
         assert_eq!(
-            resolved(vec![
-                Some(record(1, false)),
-                at_epoch(),
-                None,
-                at_epoch(),
-                None,
-                at_epoch()
-            ]),
+            resolved(read([
+                member(Some(record(1, false)), None, at_epoch()),
+                untouched(),
+                untouched()
+            ])),
+            "Never"
+        );
+        assert_eq!(
+            resolved(read([
+                member(None, Some(tip(2, theirs)), at_epoch()),
+                untouched(),
+                untouched()
+            ])),
             "Never"
         );
         // Every owner key at its epoch, no record: it may still apply.
-        assert!(
-            resolved(vec![None, at_epoch(), None, at_epoch(), None, at_epoch()])
-                .starts_with("Unknown(")
-        );
+        assert!(resolved(read([untouched(), untouched(), untouched()])).starts_with("Unknown("));
         // A read that does not match the members says nothing.
-        assert!(resolved(vec![None, at_epoch()]).starts_with("Unknown("));
+        assert!(resolved(vec![None, None, at_epoch()]).starts_with("Unknown("));
     }
 
     #[test]

@@ -11,18 +11,26 @@
 //! It is sent through the crate's one write path. What it came to:
 //!
 //! - applied: committed at the reply's revision;
-//! - compare failed: the `else` branch read `r/{first}` in the same linearizable transaction.
-//!   Our nonce means an earlier send committed; anything else means fenced, for good: the
-//!   tip, the owner key at this epoch and an absent `r/{first}` can never all hold again;
-//! - unknown until the lease stopped being valid: one read of `r/{first}` and the owner key.
-//!   Our nonce: committed. Another record there, or no owner key at this epoch (so the
-//!   transaction can never apply): fenced. Neither: still unknown.
+//! - compare failed: the `else` branch read `r/{first}` and the tip in the same linearizable
+//!   transaction. Our nonce on either means an earlier send committed. Otherwise the
+//!   transaction is fenced, for good (the tip, the owner key at this epoch and an absent
+//!   `r/{first}` can never all hold again), unless `r/{first}` is gone while the tip is at or
+//!   past it: a trim removed the record in that place, and whose it was can no longer be
+//!   read, so the outcome stays unknown;
+//! - unknown until the lease stopped being valid: one read of `r/{first}`, the tip and the
+//!   owner key. Our nonce on the record or the tip: committed. Another record there, or none
+//!   ever and no owner key at this epoch (so the transaction can never apply): fenced. A
+//!   trimmed place, as above, or none yet under our owner key: still unknown.
+//!
+//! The tip is read for the trim's sake: it carries the nonce of the append that wrote it, and
+//! a trim never removes the last record, so an append whose first records were trimmed before
+//! its outcome was read is still recognised while it is the last.
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::record::decode_record;
+use super::record::{decode_record, decode_tip};
 use crate::connection::Connection;
 use crate::error::EtcdError;
 use crate::keys::Namespace;
@@ -62,10 +70,26 @@ pub(crate) struct AppendTxn {
     pub(crate) compares: Vec<Compare>,
     pub(crate) puts: Vec<TxnOp>,
     first_key: String,
+    first_seq: u64,
+    tip_key: String,
     owner_key: String,
     nonce: Uuid,
     epoch: Epoch,
     pub(crate) size: usize,
+}
+
+/// What a read of an append's first record and the tip (in one transaction) shows of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// It committed, at this revision: its first record, or the tip, carries its nonce.
+    Committed { revision: i64 },
+    /// Another append's record stands where its first record would.
+    Taken,
+    /// Its first record's place was filled (the tip is at or past it) and has been trimmed
+    /// since, and the tip is another append's: whose that record was can no longer be read.
+    Trimmed,
+    /// Its first record's place is empty, and the tip is short of it (or absent).
+    Empty,
 }
 
 impl AppendTxn {
@@ -113,7 +137,7 @@ impl AppendTxn {
                 .iter()
                 .map(|v| (first_key.len(), v.len()))
                 .chain([(tip_key.len(), tip_value.len())]),
-            [first_key.len()],
+            [first_key.len(), tip_key.len()],
         );
         let mut puts: Vec<TxnOp> = values
             .into_iter()
@@ -142,6 +166,8 @@ impl AppendTxn {
             compares,
             puts,
             first_key,
+            first_seq,
+            tip_key,
             owner_key: ownership.owner_key().to_owned(),
             nonce,
             epoch: ownership.epoch(),
@@ -150,7 +176,7 @@ impl AppendTxn {
     }
 
     /// An append of `compares` compares and `puts` puts (on made-up keys) whose first record
-    /// is `first_key`, for tests of what uses it.
+    /// is `first_key`, at sequence number 1, for tests of what uses it.
     #[cfg(test)]
     pub(crate) fn for_test(
         session: Uuid,
@@ -170,6 +196,8 @@ impl AppendTxn {
                 .map(|i| TxnOp::put(format!("p{i}"), "", None))
                 .collect(),
             first_key,
+            first_seq: 1,
+            tip_key: "ns/journals/s/tip".into(),
             owner_key: "ns/owners/s".into(),
             nonce,
             epoch,
@@ -177,15 +205,19 @@ impl AppendTxn {
         }
     }
 
-    /// The `else` branch: the first record.
-    pub(crate) fn or_else(&self) -> TxnOp {
-        TxnOp::get(self.first_key.as_str(), None)
-    }
-
-    /// The resolving read: the first record, then the owner key.
-    pub(crate) fn resolve_ops(&self) -> [TxnOp; 2] {
+    /// The `else` branch: the first record, then the tip.
+    pub(crate) fn or_else(&self) -> [TxnOp; 2] {
         [
             TxnOp::get(self.first_key.as_str(), None),
+            TxnOp::get(self.tip_key.as_str(), None),
+        ]
+    }
+
+    /// The resolving read: the first record, the tip, then the owner key.
+    pub(crate) fn resolve_ops(&self) -> [TxnOp; 3] {
+        [
+            TxnOp::get(self.first_key.as_str(), None),
+            TxnOp::get(self.tip_key.as_str(), None),
             TxnOp::get(self.owner_key.as_str(), None),
         ]
     }
@@ -195,7 +227,7 @@ impl AppendTxn {
         Txn::new()
             .when(self.compares.clone())
             .and_then(self.puts.clone())
-            .or_else([self.or_else()])
+            .or_else(self.or_else())
     }
 
     /// The resolving read, on its own.
@@ -268,17 +300,42 @@ impl AppendTxn {
         self.settle(written)
     }
 
-    /// Whether `record` is this append's first record: it committed.
-    pub(crate) fn ours(&self, record: &KeyValue) -> bool {
+    /// What `first` (its first record) and `tip`, read in one transaction, show of it.
+    pub(crate) fn seen(&self, first: Option<&KeyValue>, tip: Option<&KeyValue>) -> Seen {
+        let tip_of = |kv: &KeyValue| decode_tip(kv.key(), kv.value()).ok();
+        let tip = tip.and_then(|kv| tip_of(kv).map(|tip| (tip, kv.mod_revision())));
+        match (first, tip) {
+            (Some(first), _) if self.ours(first) => Seen::Committed {
+                revision: first.mod_revision(),
+            },
+            (_, Some((tip, revision))) if tip.nonce == self.nonce => Seen::Committed { revision },
+            (Some(_), _) => Seen::Taken,
+            (None, Some((tip, _))) if tip.seq >= self.first_seq => Seen::Trimmed,
+            (None, _) => Seen::Empty,
+        }
+    }
+
+    /// Whether `record` carries this append's nonce.
+    fn ours(&self, record: &KeyValue) -> bool {
         decode_record(record.key(), None, record.value())
             .is_ok_and(|record| record.nonce() == self.nonce)
     }
 
-    /// Whether a read of the first record and the owner key (in one transaction) shows that
-    /// this transaction can never apply: another record took its place, or the owner key at
-    /// its epoch is gone. Not ours: see [`ours`](Self::ours) first.
-    pub(crate) fn never(&self, first: Option<&KeyValue>, owner: Option<&KeyValue>) -> bool {
-        first.is_some() || owner.map(KeyValue::create_revision) != Some(self.epoch.revision())
+    /// Whether `owner` (the owner key as read, `None` when absent) is no longer at this
+    /// append's epoch, so that its owner compare can never hold again.
+    pub(crate) fn unowned(&self, owner: Option<&KeyValue>) -> bool {
+        owner.map(KeyValue::create_revision) != Some(self.epoch.revision())
+    }
+
+    /// The outcome a trimmed first record leaves: unknown, for good.
+    fn trimmed(&self) -> EtcdError {
+        EtcdError::unreadable(
+            "append",
+            format!(
+                "record {} was trimmed before the append's outcome was read",
+                self.first_seq
+            ),
+        )
     }
 
     /// Reads what the write came to (see the module docs).
@@ -287,24 +344,30 @@ impl AppendTxn {
             Written::Replied(response) if response.succeeded() => Sent::Committed {
                 revision: response.header().map_or(0, |h| h.revision()),
             },
-            Written::Replied(response) => match gets(&response).next().flatten() {
-                Some(first) if self.ours(&first) => {
-                    tracing::debug!(key = self.first_key, "an earlier send committed");
-                    Sent::Committed {
-                        revision: first.mod_revision(),
+            Written::Replied(response) => {
+                let mut gets = gets(&response);
+                let (first, tip) = (gets.next().flatten(), gets.next().flatten());
+                match self.seen(first.as_ref(), tip.as_ref()) {
+                    Seen::Committed { revision } => {
+                        tracing::debug!(key = self.first_key, "an earlier send committed");
+                        Sent::Committed { revision }
                     }
+                    Seen::Trimmed => Sent::Unknown(self.trimmed()),
+                    Seen::Taken | Seen::Empty => Sent::Fenced,
                 }
-                _ => Sent::Fenced,
-            },
+            }
             Written::Resolved { read, unknown } => {
                 let mut gets = gets(&read);
-                let (first, owner) = (gets.next().flatten(), gets.next().flatten());
-                match first {
-                    Some(first) if self.ours(&first) => Sent::Committed {
-                        revision: first.mod_revision(),
-                    },
-                    first if self.never(first.as_ref(), owner.as_ref()) => Sent::Fenced,
-                    _ => Sent::Unknown(unknown),
+                let (first, tip, owner) = (
+                    gets.next().flatten(),
+                    gets.next().flatten(),
+                    gets.next().flatten(),
+                );
+                match self.seen(first.as_ref(), tip.as_ref()) {
+                    Seen::Committed { revision } => Sent::Committed { revision },
+                    Seen::Taken => Sent::Fenced,
+                    Seen::Empty if self.unowned(owner.as_ref()) => Sent::Fenced,
+                    Seen::Trimmed | Seen::Empty => Sent::Unknown(unknown),
                 }
             }
             Written::Unknown(error) => Sent::Unknown(error),
@@ -333,7 +396,7 @@ pub(super) mod tests {
     };
 
     use super::*;
-    use crate::journal::record::encode_event;
+    use crate::journal::record::{Tip, encode_event, encode_tip};
 
     const EPOCH: Epoch = Epoch(40);
 
@@ -343,10 +406,28 @@ pub(super) mod tests {
             compares: Vec::new(),
             puts: Vec::new(),
             first_key: "ns/journals/s/r/00000000000000000007".into(),
+            first_seq: 7,
+            tip_key: "ns/journals/s/tip".into(),
             owner_key: "ns/owners/s".into(),
             nonce,
             epoch: EPOCH,
             size: 0,
+        }
+    }
+
+    /// The tip at `seq`, written with `nonce` at revision 55.
+    pub(in crate::journal) fn tip(seq: u64, nonce: Uuid) -> PbKeyValue {
+        PbKeyValue {
+            key: b"ns/journals/s/tip".to_vec(),
+            value: encode_tip(&Tip {
+                seq,
+                epoch: EPOCH,
+                nonce,
+            }),
+            create_revision: 3,
+            mod_revision: 55,
+            version: 9,
+            lease: 0,
         }
     }
 
@@ -402,48 +483,69 @@ pub(super) mod tests {
     #[test]
     fn a_reply_settles_by_its_compare_and_else_branch() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let failed = |first, tip| settled(Written::Replied(reply(false, vec![first, tip])));
         assert_eq!(
             settled(Written::Replied(reply(true, vec![]))),
             "Committed { revision: 60 }"
         );
         // The compare failed: an earlier send of ours committed the first record...
         assert_eq!(
-            settled(Written::Replied(reply(false, vec![Some(record(ours))]))),
+            failed(Some(record(ours)), Some(tip(9, theirs))),
             "Committed { revision: 50 }"
         );
-        // ...or someone else's record is there, or none is: fenced.
+        // ...or, its first record trimmed since, the tip is still ours.
         assert_eq!(
-            settled(Written::Replied(reply(false, vec![Some(record(theirs))]))),
-            "Fenced"
+            failed(None, Some(tip(9, ours))),
+            "Committed { revision: 55 }"
         );
-        assert_eq!(
-            settled(Written::Replied(reply(false, vec![None]))),
-            "Fenced"
-        );
+        // Someone else's record is there, or none is and the tip is short of it: fenced.
+        assert_eq!(failed(Some(record(theirs)), Some(tip(9, theirs))), "Fenced");
+        assert_eq!(failed(None, Some(tip(6, theirs))), "Fenced");
+        assert_eq!(failed(None, None), "Fenced");
+        // None is, but the tip is past it: a trim removed whoever's record it was. Unknown.
+        let trimmed = failed(None, Some(tip(7, theirs)));
+        assert!(trimmed.starts_with("Unknown("), "{trimmed}");
+        assert!(trimmed.contains("record 7 was trimmed"), "{trimmed}");
     }
 
     #[test]
-    fn a_resolving_read_settles_by_the_first_record_then_the_owner_key() {
+    fn a_resolving_read_settles_by_the_first_record_the_tip_then_the_owner_key() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let resolved = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| {
+        let resolved = |first, tip, owner| {
             settled(Written::Resolved {
-                read: reply(true, vec![first, owner]),
+                read: reply(true, vec![first, tip, owner]),
                 unknown: unknown(),
             })
         };
         let epoch = EPOCH.revision();
-        // Our record is there: committed, whoever owns the session now.
+        // Our record is there, or our tip: committed, whoever owns the session now.
         assert_eq!(
-            resolved(Some(record(ours)), None),
+            resolved(Some(record(ours)), None, None),
             "Committed { revision: 50 }"
         );
+        assert_eq!(
+            resolved(None, Some(tip(9, ours)), None),
+            "Committed { revision: 55 }"
+        );
         // Another writer's record took its place: it can never commit.
-        assert_eq!(resolved(Some(record(theirs)), Some(owner(epoch))), "Fenced");
-        // No record, and the owner key is gone or newer: it can never commit either.
-        assert_eq!(resolved(None, None), "Fenced");
-        assert_eq!(resolved(None, Some(owner(epoch + 1))), "Fenced");
+        assert_eq!(
+            resolved(
+                Some(record(theirs)),
+                Some(tip(7, theirs)),
+                Some(owner(epoch))
+            ),
+            "Fenced"
+        );
+        // No record ever, and the owner key is gone or newer: it can never commit either.
+        assert_eq!(resolved(None, None, None), "Fenced");
+        assert_eq!(
+            resolved(None, Some(tip(6, theirs)), Some(owner(epoch + 1))),
+            "Fenced"
+        );
         // No record yet while the owner key is still ours: it may still commit.
-        assert!(resolved(None, Some(owner(epoch))).starts_with("Unknown("));
+        assert!(resolved(None, Some(tip(6, theirs)), Some(owner(epoch))).starts_with("Unknown("));
+        // A record was there and is trimmed, the tip another's: whose it was is gone.
+        assert!(resolved(None, Some(tip(8, theirs)), None).starts_with("Unknown("));
     }
 
     #[test]
@@ -451,7 +553,7 @@ pub(super) mod tests {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let how = |written| append(ours).settle_telling_how(written).1;
         let read = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| Written::Resolved {
-            read: reply(true, vec![first, owner]),
+            read: reply(true, vec![first, None, owner]),
             unknown: unknown(),
         };
         // Settled by the read: committed, or fenced.
@@ -464,7 +566,7 @@ pub(super) mod tests {
         assert!(!how(Written::Replied(reply(true, vec![]))));
         assert!(!how(Written::Replied(reply(
             false,
-            vec![Some(record(ours))]
+            vec![Some(record(ours)), None]
         ))));
         assert!(!how(Written::Unknown(unknown())));
         assert!(!how(Written::Failed(unknown())));

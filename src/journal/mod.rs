@@ -88,7 +88,10 @@
 //! below it in one transaction, in batches of [`TRIM_BATCH`], comparing the base as read and,
 //! for the owner, the owner key's epoch. It never touches the tip, so it never fences the
 //! writer; the last record is always kept. Replays start at the base, and a gap below it is a
-//! trim, not a loss. Deleted keys still take space in etcd's backend until etcd compacts its
+//! trim, not a loss. A trim may remove the records of an append whose reply has not come back
+//! yet: the append then still finds its outcome by the tip, which names the last append, and
+//! an append whose records were trimmed after another append moved the tip on is reported
+//! [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown), never fenced. Deleted keys still take space in etcd's backend until etcd compacts its
 //! history and defragments.
 //!
 //! # Encoding
@@ -372,7 +375,7 @@ impl Journal {
                 .iter()
                 .map(|p| (key, record::RECORD_HEADER + p.as_ref().len()))
                 .chain([(tip, record::TIP_LEN)]),
-            [key],
+            [key, tip],
         )
     }
 
