@@ -122,3 +122,29 @@ async fn a_committed_append_is_found_even_after_a_trim_removed_its_first_record(
     let report = check_journal(&a.store, a.session, &history).await.unwrap();
     assert_eq!(report.records, 2, "z and after: the rest was trimmed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_append_whose_journal_was_deleted_since_is_unknown_not_fenced() {
+    let a = writer().await;
+
+    // --- phase: A's append commits; its reply is lost
+    a.proxy.drop_replies();
+    let pending = a.append("x");
+    a.committed(2).await;
+
+    // --- phase: before A can ask, the whole journal is deleted from outside
+    let prefix = a.etcd.ns.journal_prefix(a.session);
+    let mut raw = a.etcd.raw.clone();
+    let options = etcd_client::DeleteOptions::new().with_prefix();
+    let deleted = raw.delete(prefix, Some(options)).await.unwrap();
+    assert!(deleted.deleted() >= 3, "fence, x and the tip");
+
+    // --- phase: A hears back: nothing is left to tell whether x committed
+    a.proxy.heal();
+    let error = pending.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, leasehold::JournalWriteError::OutcomeUnknown(_)),
+        "unknown, never fenced: {error:?}"
+    );
+    assert!(a.journal.is_broken());
+}

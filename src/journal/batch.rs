@@ -338,7 +338,7 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
             // A member whose place is taken, or whose owner key moved on, can never have
             // its compares hold again: neither can the shared transaction.
             let never = |(seen, unowned): &(Seen, bool)| {
-                matches!(seen, Seen::Taken | Seen::Trimmed) || *unowned
+                matches!(seen, Seen::Taken | Seen::Gone) || *unowned
             };
             if seen.iter().any(never) {
                 Shared::Never

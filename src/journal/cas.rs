@@ -5,7 +5,7 @@
 //! and  create_revision(owner key)    == epoch
 //! and  create_revision(r/{first})    == 0
 //! then put(r/{first}) … put(r/{last}), put(tip)
-//! else get(r/{first})
+//! else get(r/{first}), get(tip)
 //! ```
 //!
 //! It is sent through the crate's one write path. What it came to:
@@ -14,17 +14,19 @@
 //! - compare failed: the `else` branch read `r/{first}` and the tip in the same linearizable
 //!   transaction. Our nonce on either means an earlier send committed. Otherwise the
 //!   transaction is fenced, for good (the tip, the owner key at this epoch and an absent
-//!   `r/{first}` can never all hold again), unless `r/{first}` is gone while the tip is at or
-//!   past it: a trim removed the record in that place, and whose it was can no longer be
-//!   read, so the outcome stays unknown;
+//!   `r/{first}` can never all hold again), unless the record in `r/{first}`'s place may be
+//!   gone: the tip is at or past it (a trim removed the record), or the journal was deleted
+//!   since the append read its tip (no tip, or one created later). Whose record it was can
+//!   no longer be read, so the outcome stays unknown;
 //! - unknown until the lease stopped being valid: one read of `r/{first}`, the tip and the
 //!   owner key. Our nonce on the record or the tip: committed. Another record there, or none
 //!   ever and no owner key at this epoch (so the transaction can never apply): fenced. A
-//!   trimmed place, as above, or none yet under our owner key: still unknown.
+//!   place whose record may be gone, as above, or none yet under our owner key: still
+//!   unknown.
 //!
-//! The tip is read for the trim's sake: it carries the nonce of the append that wrote it, and
-//! a trim never removes the last record, so an append whose first records were trimmed before
-//! its outcome was read is still recognised while it is the last.
+//! The tip is read because records can go: it carries the nonce of the append that wrote it,
+//! and a trim never removes the last record, so an append whose first records were trimmed
+//! before its outcome was read is still recognised while it is the last.
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio_util::sync::CancellationToken;
@@ -72,6 +74,8 @@ pub(crate) struct AppendTxn {
     first_key: String,
     first_seq: u64,
     tip_key: String,
+    /// The tip's mod_revision when this append was made (0: there was none).
+    tip_mod_revision: i64,
     owner_key: String,
     nonce: Uuid,
     epoch: Epoch,
@@ -85,10 +89,13 @@ pub(crate) enum Seen {
     Committed { revision: i64 },
     /// Another append's record stands where its first record would.
     Taken,
-    /// Its first record's place was filled (the tip is at or past it) and has been trimmed
-    /// since, and the tip is another append's: whose that record was can no longer be read.
-    Trimmed,
-    /// Its first record's place is empty, and the tip is short of it (or absent).
+    /// Its first record is not there, yet its place may have been filled: the tip is at or
+    /// past it (a trim removed the record), or the journal was deleted since this append read
+    /// its tip (no tip, or one created after). And the tip is another append's: whose that
+    /// record was can no longer be read.
+    Gone,
+    /// Its first record's place is empty, and always was: the tip, as this append read it, is
+    /// still short of it.
     Empty,
 }
 
@@ -168,6 +175,7 @@ impl AppendTxn {
             first_key,
             first_seq,
             tip_key,
+            tip_mod_revision: expected_tip_mod_revision,
             owner_key: ownership.owner_key().to_owned(),
             nonce,
             epoch: ownership.epoch(),
@@ -198,6 +206,7 @@ impl AppendTxn {
             first_key,
             first_seq: 1,
             tip_key: "ns/journals/s/tip".into(),
+            tip_mod_revision: 0,
             owner_key: "ns/owners/s".into(),
             nonce,
             epoch,
@@ -302,16 +311,23 @@ impl AppendTxn {
 
     /// What `first` (its first record) and `tip`, read in one transaction, show of it.
     pub(crate) fn seen(&self, first: Option<&KeyValue>, tip: Option<&KeyValue>) -> Seen {
-        let tip_of = |kv: &KeyValue| decode_tip(kv.key(), kv.value()).ok();
-        let tip = tip.and_then(|kv| tip_of(kv).map(|tip| (tip, kv.mod_revision())));
+        // The journal this append read its tip from was deleted since: its tip is gone, or
+        // is a new one.
+        let deleted = self.tip_mod_revision > 0
+            && tip.is_none_or(|tip| tip.create_revision() > self.tip_mod_revision);
+        let tip = tip.and_then(|kv| {
+            let decoded = decode_tip(kv.key(), kv.value()).ok()?;
+            Some((decoded, kv.mod_revision()))
+        });
         match (first, tip) {
             (Some(first), _) if self.ours(first) => Seen::Committed {
                 revision: first.mod_revision(),
             },
             (_, Some((tip, revision))) if tip.nonce == self.nonce => Seen::Committed { revision },
-            (Some(_), _) => Seen::Taken,
-            (None, Some((tip, _))) if tip.seq >= self.first_seq => Seen::Trimmed,
-            (None, _) => Seen::Empty,
+            (Some(_), _) if !deleted => Seen::Taken,
+            (_, _) if deleted => Seen::Gone,
+            (None, Some((tip, _))) if tip.seq >= self.first_seq => Seen::Gone,
+            (_, _) => Seen::Empty,
         }
     }
 
@@ -327,12 +343,12 @@ impl AppendTxn {
         owner.map(KeyValue::create_revision) != Some(self.epoch.revision())
     }
 
-    /// The outcome a trimmed first record leaves: unknown, for good.
-    fn trimmed(&self) -> EtcdError {
+    /// The outcome a first record gone for good leaves: unknown, for good.
+    fn gone(&self) -> EtcdError {
         EtcdError::unreadable(
             "append",
             format!(
-                "record {} was trimmed before the append's outcome was read",
+                "record {} was trimmed, or the journal deleted, before the append's outcome was read",
                 self.first_seq
             ),
         )
@@ -352,7 +368,7 @@ impl AppendTxn {
                         tracing::debug!(key = self.first_key, "an earlier send committed");
                         Sent::Committed { revision }
                     }
-                    Seen::Trimmed => Sent::Unknown(self.trimmed()),
+                    Seen::Gone => Sent::Unknown(self.gone()),
                     Seen::Taken | Seen::Empty => Sent::Fenced,
                 }
             }
@@ -367,7 +383,7 @@ impl AppendTxn {
                     Seen::Committed { revision } => Sent::Committed { revision },
                     Seen::Taken => Sent::Fenced,
                     Seen::Empty if self.unowned(owner.as_ref()) => Sent::Fenced,
-                    Seen::Trimmed | Seen::Empty => Sent::Unknown(unknown),
+                    Seen::Gone | Seen::Empty => Sent::Unknown(unknown),
                 }
             }
             Written::Unknown(error) => Sent::Unknown(error),
@@ -408,6 +424,7 @@ pub(super) mod tests {
             first_key: "ns/journals/s/r/00000000000000000007".into(),
             first_seq: 7,
             tip_key: "ns/journals/s/tip".into(),
+            tip_mod_revision: 5,
             owner_key: "ns/owners/s".into(),
             nonce,
             epoch: EPOCH,
@@ -501,11 +518,27 @@ pub(super) mod tests {
         // Someone else's record is there, or none is and the tip is short of it: fenced.
         assert_eq!(failed(Some(record(theirs)), Some(tip(9, theirs))), "Fenced");
         assert_eq!(failed(None, Some(tip(6, theirs))), "Fenced");
-        assert_eq!(failed(None, None), "Fenced");
         // None is, but the tip is past it: a trim removed whoever's record it was. Unknown.
         let trimmed = failed(None, Some(tip(7, theirs)));
         assert!(trimmed.starts_with("Unknown("), "{trimmed}");
         assert!(trimmed.contains("record 7 was trimmed"), "{trimmed}");
+        // The journal was deleted since the append read its tip (at revision 5): no tip, or
+        // a new one (and whatever record is there now). Unknown too.
+        let renewed = |seq| {
+            let mut tip = tip(seq, theirs);
+            tip.create_revision = 6;
+            Some(tip)
+        };
+        assert!(failed(None, None).starts_with("Unknown("));
+        assert!(failed(None, renewed(1)).starts_with("Unknown("));
+        assert!(failed(Some(record(theirs)), renewed(7)).starts_with("Unknown("));
+        // An append to a journal with no tip yet (its first fence): nothing was deleted.
+        let first = AppendTxn {
+            tip_mod_revision: 0,
+            ..append(ours)
+        };
+        let first = |read| format!("{:?}", first.settle(Written::Replied(read)));
+        assert_eq!(first(reply(false, vec![None, None])), "Fenced");
     }
 
     #[test]
@@ -537,13 +570,15 @@ pub(super) mod tests {
             "Fenced"
         );
         // No record ever, and the owner key is gone or newer: it can never commit either.
-        assert_eq!(resolved(None, None, None), "Fenced");
+        assert_eq!(resolved(None, Some(tip(6, theirs)), None), "Fenced");
         assert_eq!(
             resolved(None, Some(tip(6, theirs)), Some(owner(epoch + 1))),
             "Fenced"
         );
         // No record yet while the owner key is still ours: it may still commit.
         assert!(resolved(None, Some(tip(6, theirs)), Some(owner(epoch))).starts_with("Unknown("));
+        // The journal is gone: whether the append committed before it went is, too.
+        assert!(resolved(None, None, None).starts_with("Unknown("));
         // A record was there and is trimmed, the tip another's: whose it was is gone.
         assert!(resolved(None, Some(tip(8, theirs)), None).starts_with("Unknown("));
     }
@@ -553,7 +588,7 @@ pub(super) mod tests {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let how = |written| append(ours).settle_telling_how(written).1;
         let read = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| Written::Resolved {
-            read: reply(true, vec![first, None, owner]),
+            read: reply(true, vec![first, Some(tip(6, theirs)), owner]),
             unknown: unknown(),
         };
         // Settled by the read: committed, or fenced.

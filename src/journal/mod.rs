@@ -89,9 +89,10 @@
 //! for the owner, the owner key's epoch. It never touches the tip, so it never fences the
 //! writer; the last record is always kept. Replays start at the base, and a gap below it is a
 //! trim, not a loss. A trim may remove the records of an append whose reply has not come back
-//! yet: the append then still finds its outcome by the tip, which names the last append, and
-//! an append whose records were trimmed after another append moved the tip on is reported
-//! [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown), never fenced. Deleted keys still take space in etcd's backend until etcd compacts its
+//! yet: the append then still finds its outcome by the tip, which names the last append. An
+//! append whose records were trimmed after another append moved the tip on, or whose journal
+//! was deleted meanwhile, is reported [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown),
+//! never fenced. Deleted keys still take space in etcd's backend until etcd compacts its
 //! history and defragments.
 //!
 //! # Encoding
