@@ -16,6 +16,7 @@
 //! | `leasehold_append_records_total` | counter | `outcome` | records in those calls |
 //! | `leasehold_append_seconds` | histogram | | an append call, from its start to its answer |
 //! | `leasehold_append_batch_records` | histogram | | records per append transaction (group commit) |
+//! | `leasehold_append_txn_journals` | histogram | | journals per etcd transaction a store sends for appends (1: alone; more: shared across sessions), re-sends of the same transaction not counted |
 //! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
 //!
 //! Each append call counts once, under one `outcome`:
@@ -46,6 +47,7 @@ const APPENDS: &str = "leasehold_appends_total";
 const APPEND_RECORDS: &str = "leasehold_append_records_total";
 const APPEND_SECONDS: &str = "leasehold_append_seconds";
 const APPEND_BATCH: &str = "leasehold_append_batch_records";
+const APPEND_TXN_JOURNALS: &str = "leasehold_append_txn_journals";
 const WATCH_RESTARTS: &str = "leasehold_watch_restarts_total";
 
 /// Gives every leasehold metric its unit and help text in the installed recorder.
@@ -75,6 +77,10 @@ pub fn describe() {
         "A journal append call, from its start to its answer"
     );
     describe_histogram!(APPEND_BATCH, "Records per journal append transaction");
+    describe_histogram!(
+        APPEND_TXN_JOURNALS,
+        "Journals per etcd transaction sent for appends (shared across sessions)"
+    );
     describe_counter!(WATCH_RESTARTS, "Restarts of the node's owner watch");
 }
 
@@ -139,6 +145,11 @@ impl Metrics {
 
     pub(crate) fn batch(&self, records: usize) {
         histogram!(APPEND_BATCH, self.labels()).record(records as f64);
+    }
+
+    /// One etcd transaction for appends, carrying `journals` journals' appends.
+    pub(crate) fn append_txn(&self, journals: usize) {
+        histogram!(APPEND_TXN_JOURNALS, self.labels()).record(journals as f64);
     }
 
     pub(crate) fn watch_restart(&self) {

@@ -144,6 +144,23 @@ async fn every_counter_moves_by_exactly_what_happened() {
         Ok(LossReason::Revoked)
     );
 
+    // --- m: 32 sessions append at once; a store sends at most 8 transactions at a time, so
+    // appends that wait share one
+    let m = etcd.store("m", 10).await;
+    let mut journals = Vec::new();
+    for _ in 0..32 {
+        let session = Uuid::new_v4();
+        let lease = m.acquire_lease(session).await.unwrap();
+        let journal = m.open_journal(session, Some(&lease)).await.unwrap();
+        journals.push((lease, journal));
+    }
+    let appends = journals
+        .iter()
+        .map(|(_, journal)| async move { journal.append("m").await });
+    for appended in futures_util::future::join_all(appends).await {
+        appended.unwrap();
+    }
+
     // --- the scrape
     let samples = parse(&handle.render());
     let labels = |node: &str, extra: &[(&str, &str)]| -> BTreeMap<String, String> {
@@ -198,6 +215,13 @@ async fn every_counter_moves_by_exactly_what_happened() {
     assert_eq!(value("leasehold_append_batch_records_count", "a", &[]), 5.0);
     assert_eq!(value("leasehold_append_batch_records_sum", "a", &[]), 6.0);
     assert_eq!(value("leasehold_append_seconds_count", "p", &[]), 2.0);
+    // a's five transactions each carried one journal; m's 32 appends went in fewer.
+    let txn_journals = "leasehold_append_txn_journals";
+    assert_eq!(value(&format!("{txn_journals}_count"), "a", &[]), 5.0);
+    assert_eq!(value(&format!("{txn_journals}_sum"), "a", &[]), 5.0);
+    assert_eq!(value(&format!("{txn_journals}_sum"), "m", &[]), 32.0);
+    let shared = value(&format!("{txn_journals}_count"), "m", &[]);
+    assert!(shared < 32.0, "32 appends in {shared} transactions");
     assert!(value("leasehold_keepalive_round_trip_seconds_count", "a", &[]) >= 1.0);
     assert!(value("leasehold_validity_slack_seconds", "a", &[]) > 0.0);
 }

@@ -47,6 +47,7 @@ use super::cas::{AppendTxn, Seen, Sent, gets};
 use crate::connection::Connection;
 use crate::error::EtcdError;
 use crate::lease::Ownership;
+use crate::metrics::Metrics;
 use crate::write::{self, WritePolicy, Written};
 
 /// The most transactions a store's journals have in flight together.
@@ -71,6 +72,7 @@ pub(crate) struct Batcher {
     connection: Connection,
     policy: WritePolicy,
     limits: JournalLimits,
+    metrics: Metrics,
     stop: CancellationToken,
     tasks: TaskTracker,
 }
@@ -88,6 +90,7 @@ impl Batcher {
         connection: Connection,
         policy: WritePolicy,
         limits: JournalLimits,
+        metrics: Metrics,
         stop: CancellationToken,
         tasks: TaskTracker,
     ) -> Arc<Self> {
@@ -98,6 +101,7 @@ impl Batcher {
             connection,
             policy,
             limits,
+            metrics,
             stop,
             tasks,
         })
@@ -167,6 +171,7 @@ impl Batcher {
 
     /// Sends `member`'s append as its own transaction, through the one write path.
     async fn alone(&self, member: &Member) -> Outcome {
+        self.metrics.append_txn(1);
         member
             .append
             .send_telling_how(
@@ -186,6 +191,7 @@ impl Batcher {
             let _ = member.reply.send(outcome);
             return;
         }
+        self.metrics.append_txn(batch.len());
         let txn = Txn::new()
             .when(
                 batch

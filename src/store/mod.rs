@@ -396,15 +396,17 @@ impl Store {
             ..options.write
         };
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let metrics = Metrics::new(&options.node, &options.namespace);
         let batcher = Batcher::new(
             connection.clone(),
             write.clone(),
             options.journal.clone(),
+            metrics.clone(),
             shutdown.clone(),
             tasks.clone(),
         );
         let shared = Arc::new(StoreShared {
-            metrics: Metrics::new(&options.node, &options.namespace),
+            metrics,
             span: tracing::info_span!(
                 parent: None,
                 "store",
