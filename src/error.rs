@@ -297,6 +297,15 @@ pub enum StoreError {
         /// The policy as given.
         policy: crate::WritePolicy,
     },
+    /// The journal limits leave no room for an append: `max_txn_ops` below
+    /// [`MIN_TXN_OPS`](crate::journal::MIN_TXN_OPS), or no transaction in flight. Permanent.
+    #[error(
+        "invalid journal limits {limits:?}: max_txn_ops must be at least 3 and in_flight at least 1"
+    )]
+    InvalidJournalLimits {
+        /// The limits as given.
+        limits: crate::JournalLimits,
+    },
     /// The safety margin leaves no room to renew. Permanent for these settings.
     #[error(transparent)]
     Margin(#[from] MarginError),

@@ -227,6 +227,42 @@ async fn a_takeover_of_one_session_under_shared_transactions_fences_only_its_cal
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_store_keeps_at_most_its_in_flight_transactions_and_the_waiting_appends_share_the_next() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = leasehold::StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("a")
+        .with_ttl(Duration::from_secs(30), Duration::from_secs(1))
+        .with_journal_limits(leasehold::JournalLimits::default().with_in_flight(1));
+    let a = Store::connect(options).await.unwrap();
+    let held = hold(&a, 16).await;
+
+    // The first append takes the one transaction in flight, and is held; the 15 others wait.
+    proxy.blackhole();
+    let appends: Vec<_> = held
+        .iter()
+        .map(|held| {
+            let journal = held.journal.clone();
+            tokio::spawn(async move { journal.append("e").await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.heal();
+    for (held, append) in held.iter().zip(appends) {
+        let result = append.await.unwrap();
+        held.history.lock().unwrap().record(&["e"], &result);
+        result.expect("every append commits");
+    }
+    check_all(&a, &held).await;
+    // Each journal: its fence (alone) and its append. The 16 appends: the first alone, then
+    // the 15 that waited in one transaction.
+    let (per_journal, all) = transactions(&etcd.raw, &a, &held).await;
+    assert_eq!(per_journal, 32);
+    assert_eq!(all, 16 + 2, "16 fences, then 2 append transactions");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn lost_replies_of_shared_transactions_resolve_to_committed_for_every_session() {
     let etcd = common::Etcd::start().await;
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();

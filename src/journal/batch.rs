@@ -4,7 +4,7 @@
 //! journals, a store would still send one etcd request per journal per round trip, and etcd's
 //! work per request (the gRPC call, the raft entry, the apply) would bound it. So a store's
 //! journals hand their append transactions to the store's one [`Batcher`]. At most
-//! [`SLOTS`] transactions are in flight for the whole store. Appends that arrive while every
+//! [`JournalLimits::in_flight`] (default 8) transactions are in flight for the whole store. Appends that arrive while every
 //! slot is busy queue up, and the next free slot takes as many of them, in arrival order, as
 //! fit etcd's limits, into one transaction:
 //!
@@ -50,9 +50,6 @@ use crate::lease::Ownership;
 use crate::metrics::Metrics;
 use crate::write::{self, WritePolicy, Written};
 
-/// The most transactions a store's journals have in flight together.
-pub(crate) const SLOTS: usize = 8;
-
 /// What an append came to, and whether a resolving read settled it (for the metrics).
 type Outcome = (Sent, bool);
 
@@ -96,7 +93,7 @@ impl Batcher {
     ) -> Arc<Self> {
         Arc::new(Self {
             queue: std::sync::Mutex::new(VecDeque::new()),
-            slots: Arc::new(Semaphore::new(SLOTS)),
+            slots: Arc::new(Semaphore::new(limits.in_flight)),
             ids: AtomicU64::new(0),
             connection,
             policy,

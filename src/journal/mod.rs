@@ -136,17 +136,26 @@ pub use replay::Replay;
 pub(crate) use retention::{Authority, Retention};
 pub use retention::{Deleted, TRIM_BATCH, Trimmed};
 
-/// etcd's limits, as the journal checks them before sending.
+/// etcd's limits, as the journal checks them before sending, and how many append
+/// transactions a store keeps in flight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JournalLimits {
-    /// etcd's `--max-txn-ops` (default 128): operations per transaction branch.
+    /// etcd's `--max-txn-ops` (default 128): operations per transaction branch. At least
+    /// [`MIN_TXN_OPS`]: an append compares three keys.
     pub max_txn_ops: usize,
     /// etcd's `--max-request-bytes` (default 1.5 MiB).
     pub max_request_bytes: usize,
     /// Kept free below `max_request_bytes` for etcd's own wrapping (at least 1 KiB).
     pub headroom: usize,
+    /// The most append transactions a store has in flight together (default 8, at least 1).
+    /// Appends of its journals that arrive while all are in flight wait, and the next free
+    /// one takes them together, in one transaction (see the [module docs](self)).
+    pub in_flight: usize,
 }
+
+/// The smallest `--max-txn-ops` an append fits in: its three compares.
+pub const MIN_TXN_OPS: usize = 3;
 
 impl Default for JournalLimits {
     fn default() -> Self {
@@ -154,6 +163,7 @@ impl Default for JournalLimits {
             max_txn_ops: 128,
             max_request_bytes: 1_572_864,
             headroom: 1024,
+            in_flight: 8,
         }
     }
 }
@@ -175,6 +185,17 @@ impl JournalLimits {
     pub fn with_headroom(mut self, bytes: usize) -> Self {
         self.headroom = bytes;
         self
+    }
+
+    /// Sets how many append transactions a store has in flight together.
+    pub fn with_in_flight(mut self, transactions: usize) -> Self {
+        self.in_flight = transactions;
+        self
+    }
+
+    /// Whether an append fits these limits at all, and one can be sent.
+    pub(crate) fn usable(&self) -> bool {
+        self.max_txn_ops >= MIN_TXN_OPS && self.in_flight >= 1
     }
 
     /// The most records one append takes: the tip is one more put.

@@ -258,6 +258,11 @@ impl StoreOptions {
                 policy: self.write.clone(),
             });
         }
+        if !self.journal.usable() {
+            return Err(StoreError::InvalidJournalLimits {
+                limits: self.journal.clone(),
+            });
+        }
         validity::check_margin(self.ttl, self.margin, Duration::ZERO)?;
         Ok(())
     }
@@ -914,6 +919,36 @@ mod tests {
                 let invalid = matches!(result, Err(StoreError::InvalidTtl { .. }));
                 proptest::prop_assert!(invalid);
             }
+        }
+    }
+
+    #[test]
+    fn journal_limits_leave_room_for_an_append_and_one_transaction_in_flight() {
+        let limits = |limits: JournalLimits| {
+            StoreOptions::new(["http://127.0.0.1:2379"])
+                .with_journal_limits(limits)
+                .validate()
+        };
+        assert!(limits(JournalLimits::default()).is_ok());
+        assert!(
+            limits(
+                JournalLimits::default()
+                    .with_max_txn_ops(3)
+                    .with_in_flight(1)
+            )
+            .is_ok()
+        );
+        for bad in [
+            JournalLimits::default().with_max_txn_ops(2),
+            JournalLimits::default().with_in_flight(0),
+        ] {
+            assert!(
+                matches!(
+                    limits(bad.clone()),
+                    Err(StoreError::InvalidJournalLimits { .. })
+                ),
+                "{bad:?}"
+            );
         }
     }
 
