@@ -22,7 +22,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
+};
 use futures_util::{Stream, StreamExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -217,7 +219,7 @@ impl Admin {
         let key = self.namespace.owner_key(session);
         let response = self
             .connection
-            .read("owner", |mut client, _| {
+            .read("owner", |mut client: KvClient, _| {
                 let key = key.clone();
                 async move { client.get(key, None).await }
             })
@@ -236,7 +238,7 @@ impl Admin {
         let key = self.namespace.tip_key(session);
         let response = self
             .connection
-            .read("tip", |mut client, _| {
+            .read("tip", |mut client: KvClient, _| {
                 let key = key.clone();
                 let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
                 async move { client.get(key, options).await }
@@ -255,7 +257,7 @@ impl Admin {
         }
         let response = self
             .connection
-            .read("lease ttl", |mut client, _| async move {
+            .read("lease ttl", |mut client: Client, _| async move {
                 client.lease_time_to_live(lease_id, None).await
             })
             .await;
@@ -280,7 +282,7 @@ impl Admin {
         loop {
             let response = self
                 .connection
-                .read("list journals", |mut client, _| {
+                .read("list journals", |mut client: KvClient, _| {
                     let options = GetOptions::new()
                         .with_range(range_end.clone())
                         .with_keys_only()
@@ -316,7 +318,7 @@ impl Admin {
         ];
         let response = self
             .connection
-            .read("journal", |mut client, _| {
+            .read("journal", |mut client: KvClient, _| {
                 let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
                 async move { client.txn(txn).await }
             })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, GetOptions, KvClient};
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
@@ -471,11 +471,40 @@ impl Unary {
 }
 
 impl Member {
-    fn unary(&self) -> Unary {
-        self.client
+    /// `C` of the unary client, the client's authentication state, and (when `authenticate`
+    /// and it has not authenticated yet) the whole client, to authenticate: all of the same
+    /// client, which a reconnect may replace at any time.
+    fn unary<C: Part>(
+        &self,
+        authenticate: bool,
+    ) -> (C, Arc<tokio::sync::OnceCell<()>>, Option<Client>) {
+        let unary = self
+            .client
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let whole =
+            (authenticate && !unary.authenticated.initialized()).then(|| unary.client.clone());
+        (C::of(&unary.client), unary.authenticated.clone(), whole)
+    }
+}
+
+/// What a request is made with: the whole client, or only its KV part. An
+/// `etcd_client::Client` is some 3.7 KiB (a client for every etcd service), its KV part 400
+/// bytes; a request's future holds a copy, and futures are moved as they are awaited.
+pub(crate) trait Part: Sized {
+    /// This part of `client`.
+    fn of(client: &Client) -> Self;
+}
+
+impl Part for Client {
+    fn of(client: &Client) -> Self {
+        client.clone()
+    }
+}
+
+impl Part for KvClient {
+    fn of(client: &Client) -> Self {
+        client.kv_client()
     }
 }
 
@@ -676,7 +705,7 @@ impl Connection {
 
     /// The status of whichever member answers first.
     pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
-        self.read("status", |mut client, endpoint| async move {
+        self.read("status", |mut client: Client, endpoint| async move {
             let status = client.status().await?;
             Ok(MemberStatus::from_response(endpoint, &status))
         })
@@ -686,7 +715,7 @@ impl Connection {
     /// A linearizable read of one key's value.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, EtcdError> {
         let key = key.as_ref();
-        self.read("get", |mut client, _| async move {
+        self.read("get", |mut client: KvClient, _| async move {
             let response = client.get(key, None).await?;
             Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
         })
@@ -701,7 +730,7 @@ impl Connection {
         value: impl AsRef<[u8]>,
     ) -> Result<u64, EtcdError> {
         let (key, value) = (key.as_ref(), value.as_ref());
-        self.write("put", |mut client, _| async move {
+        self.write("put", |mut client: KvClient, _| async move {
             let response = client.put(key, value, None).await?;
             Ok(response.header().map_or(0, |h| h.revision()).max(0) as u64)
         })
@@ -723,7 +752,7 @@ impl Connection {
         let mut all = Vec::new();
         loop {
             let response = self
-                .read(operation, |mut client, _| {
+                .read(operation, |mut client: KvClient, _| {
                     let mut options = GetOptions::new()
                         .with_range(range_end.clone())
                         .with_limit(PAGE);
@@ -752,7 +781,7 @@ impl Connection {
     /// Deletes every key under `prefix`; returns how many. For a namespace that nothing uses
     /// any more (the demo's own, when it ran against a cluster of yours).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
-        self.write("delete prefix", |mut client, _| async move {
+        self.write("delete prefix", |mut client: KvClient, _| async move {
             let options = etcd_client::DeleteOptions::new().with_prefix();
             let response = client.delete(prefix, Some(options)).await?;
             Ok(response.deleted().max(0) as u64)
@@ -770,7 +799,7 @@ impl Connection {
                 .with_range(prefix_end(&prefix))
                 .with_count_only()
                 .with_revision(revision);
-            self.read("count", move |mut client, _| {
+            self.read("count", move |mut client: KvClient, _| {
                 let (prefix, options) = (prefix.clone(), options.clone());
                 async move {
                     let response = client.get(prefix, Some(options)).await?;
@@ -805,21 +834,17 @@ impl Connection {
     /// The unary client of `member`, authenticated first when there are credentials and it
     /// has not yet (a failed authentication is this request's failure, and the next request
     /// tries again).
-    async fn unary(&self, member: &Member) -> Result<Client, etcd_client::Error> {
-        let unary = member.unary();
-        if let Some(credentials) = &self.credentials {
-            unary
-                .authenticated
-                .get_or_try_init(|| async {
-                    unary
-                        .client
-                        .clone()
-                        .update_user(Some(credentials.pair()))
-                        .await
-                })
+    async fn unary<C: Part>(&self, member: &Member) -> Result<C, etcd_client::Error> {
+        let (part, authenticated, whole) = member.unary(self.credentials.is_some());
+        if let (Some(credentials), Some(mut client)) = (&self.credentials, whole) {
+            // Every part of the client shares its token.
+            authenticated
+                .get_or_try_init(
+                    || async move { client.update_user(Some(credentials.pair())).await },
+                )
                 .await?;
         }
-        Ok(unary.client)
+        Ok(part)
     }
 
     /// Moves the preference to the next endpoint (after a stream failed or stalled on this
@@ -841,7 +866,7 @@ impl Connection {
         f: F,
     ) -> Result<T, EtcdError>
     where
-        F: FnOnce(Client) -> Fut,
+        F: FnOnce(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         self.attempt_on(self.preferred_index(), operation, timeout, f)
@@ -867,12 +892,14 @@ impl Connection {
         f: F,
     ) -> Result<T, EtcdError>
     where
-        F: FnOnce(Client) -> Fut,
+        F: FnOnce(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let index = index % self.members.len();
         let member = &self.members[index];
-        let attempt = async { f(self.unary(member).await?).await };
+        // On the heap: a request's future is some 6 KiB, and every future that holds it is
+        // moved as it is awaited.
+        let attempt = Box::pin(async { f(self.unary(member).await?).await });
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
@@ -880,7 +907,8 @@ impl Connection {
             }
             Ok(Err(source)) => Err(EtcdError::new(operation, &member.endpoint, source)),
             Err(_) => {
-                self.reconnect(member).await;
+                // On the heap: connecting is a large future, and a rare one.
+                Box::pin(self.reconnect(member)).await;
                 Err(EtcdError::timed_out(operation, &member.endpoint, timeout))
             }
         }
@@ -913,39 +941,39 @@ impl Connection {
     }
 
     /// Runs an idempotent request, failing over between endpoints (see [`Connection`]).
-    pub(crate) async fn read<T, F, Fut>(
+    pub(crate) async fn read<C: Part, T, F, Fut>(
         &self,
         operation: &'static str,
         f: F,
     ) -> Result<T, EtcdError>
     where
-        F: FnMut(Client, String) -> Fut,
+        F: FnMut(C, String) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         self.call(operation, FailureClass::retry_read, f).await
     }
 
     /// Runs a write, re-sending it only while its failures prove it was not applied.
-    pub(crate) async fn write<T, F, Fut>(
+    pub(crate) async fn write<C: Part, T, F, Fut>(
         &self,
         operation: &'static str,
         f: F,
     ) -> Result<T, EtcdError>
     where
-        F: FnMut(Client, String) -> Fut,
+        F: FnMut(C, String) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         self.call(operation, FailureClass::retry_write, f).await
     }
 
-    async fn call<T, F, Fut>(
+    async fn call<C: Part, T, F, Fut>(
         &self,
         operation: &'static str,
         may_retry: fn(FailureClass) -> bool,
         mut f: F,
     ) -> Result<T, EtcdError>
     where
-        F: FnMut(Client, String) -> Fut,
+        F: FnMut(C, String) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let n = self.members.len();
@@ -956,7 +984,8 @@ impl Connection {
         loop {
             let index = (first + attempt) % n;
             let member = &self.members[index];
-            let sent = async { f(self.unary(member).await?, member.endpoint.clone()).await };
+            let sent =
+                Box::pin(async { f(self.unary(member).await?, member.endpoint.clone()).await });
             match sent.await {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, broadcast, watch};
@@ -391,10 +391,13 @@ impl Inner {
     async fn live_hosts(&self) -> Option<Vec<(Vec<u8>, Option<usize>)>> {
         let prefix = self.store.namespace().hosts_prefix();
         let options = GetOptions::new().with_range(prefix_end(&prefix));
-        let read = self.store.connection().read("list hosts", |mut client, _| {
-            let (prefix, options) = (prefix.clone(), options.clone());
-            async move { client.get(prefix, Some(options)).await }
-        });
+        let read = self
+            .store
+            .connection()
+            .read("list hosts", |mut client: KvClient, _| {
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { client.get(prefix, Some(options)).await }
+            });
         let response = tokio::select! {
             response = read => response.ok()?,
             _ = self.shutdown.cancelled() => return None,

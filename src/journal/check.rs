@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, KvClient};
 use futures_util::StreamExt as _;
 use uuid::Uuid;
 
@@ -422,7 +422,7 @@ async fn read_tip(
 ) -> Result<Option<Result<Tip, super::DecodeError>>, ReplayError> {
     let key = namespace.tip_key(session);
     let response = connection
-        .read("check tip", |mut client, _| {
+        .read("check tip", |mut client: KvClient, _| {
             let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
             let key = key.clone();
             async move { client.get(key, options).await }

@@ -16,7 +16,7 @@
 //! compare, which no later send can change; the open then reads owner and tip as in step 1 and
 //! fences once more, so a stale seen tip costs a round trip, never a false fence.
 
-use etcd_client::{KeyValue, Txn, TxnOp};
+use etcd_client::{KeyValue, KvClient, Txn, TxnOp};
 use uuid::Uuid;
 
 use super::cas::{AppendTxn, Sent, gets};
@@ -172,7 +172,7 @@ pub(super) async fn owner_and_tip(
     ]);
     let response = context
         .connection
-        .read(operation, |mut client, _| {
+        .read(operation, |mut client: KvClient, _| {
             let read = read.clone();
             async move { client.txn(read).await }
         })

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, KvClient, Txn, TxnOp, TxnOpResponse};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, Stream};
 
@@ -138,7 +138,7 @@ impl Replay {
         let limit = self.page_limit() as i64;
         async move {
             let response = connection
-                .read("replay", |mut client, _| {
+                .read("replay", |mut client: KvClient, _| {
                     let mut options = GetOptions::new().with_range(to.clone()).with_limit(limit);
                     if revision > 0 {
                         options = options.with_revision(revision);
@@ -174,7 +174,7 @@ impl Replay {
         let limit = self.page_limit() as i64;
         async move {
             let response = connection
-                .read("replay", |mut client, _| {
+                .read("replay", |mut client: KvClient, _| {
                     let txn = Txn::new().and_then([
                         TxnOp::get(base_key.clone(), None),
                         TxnOp::get(

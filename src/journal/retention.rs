@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, KvClient, Txn, TxnOp};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -128,7 +128,7 @@ impl Retention<'_> {
         ];
         let response = self
             .connection
-            .read("retention read", |mut client, _| {
+            .read("retention read", |mut client: KvClient, _| {
                 let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
                 async move { client.txn(txn).await }
             })

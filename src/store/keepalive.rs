@@ -27,7 +27,7 @@ pub(super) async fn grant(
     // A grant whose outcome is unknown leaks at most a lease that expires by itself after its
     // TTL, with no key attached: granting is safe to retry.
     let (id, granted) = connection
-        .read("grant", |mut client, _| async move {
+        .read("grant", |mut client: etcd_client::Client, _| async move {
             let response = client.lease_grant(ttl.as_secs() as i64, None).await?;
             Ok((response.id(), response.ttl()))
         })
@@ -49,7 +49,7 @@ pub(super) async fn grant(
 pub(super) async fn revoke(connection: &Connection, id: i64) {
     let revoked = timeout(
         Duration::from_secs(3),
-        connection.write("revoke", |mut client, _| async move {
+        connection.write("revoke", |mut client: etcd_client::Client, _| async move {
             client.lease_revoke(id).await
         }),
     )
