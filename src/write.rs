@@ -151,12 +151,55 @@ pub(crate) fn next(sends: Sends, attempt: Attempt, go_on: bool) -> Next {
     }
 }
 
+/// etcd's answer to one of a write's sends; it reads as the `TxnResponse` it holds.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    response: TxnResponse,
+    /// What the sends before this one came to: if none may have applied, a failed compare
+    /// means the write never applied, whatever the `else` branch shows.
+    before: Sends,
+}
+
+impl Reply {
+    /// Whether an earlier send may have applied (its outcome was unknown).
+    pub(crate) fn after_unknown(&self) -> bool {
+        self.before == Sends::MaybeApplied
+    }
+
+    /// A reply that came after a send whose outcome was unknown.
+    #[cfg(test)]
+    pub(crate) fn after_unknown_send(response: TxnResponse) -> Self {
+        Self {
+            response,
+            before: Sends::MaybeApplied,
+        }
+    }
+}
+
+impl std::ops::Deref for Reply {
+    type Target = TxnResponse;
+
+    fn deref(&self) -> &TxnResponse {
+        &self.response
+    }
+}
+
+/// The reply to a write's first send.
+impl From<TxnResponse> for Reply {
+    fn from(response: TxnResponse) -> Self {
+        Self {
+            response,
+            before: Sends::NoneApplied,
+        }
+    }
+}
+
 /// What a write came to.
 #[derive(Debug)]
 pub(crate) enum Written {
     /// etcd answered one of the sends: read the reply (succeeded, or the compare failed and
     /// the `else` branch shows why).
-    Replied(TxnResponse),
+    Replied(Reply),
     /// The sends stayed unknown until the caller's condition failed; the resolving read
     /// answered with this. `unknown` is the first failure that may have applied.
     Resolved {
@@ -197,7 +240,10 @@ pub(crate) async fn send(
         let error = match attempt {
             Ok(response) => {
                 debug_assert_eq!(next(sends, Attempt::Replied, true), Next::Accept);
-                return Written::Replied(response);
+                return Written::Replied(Reply {
+                    response,
+                    before: sends,
+                });
             }
             Err(error) => error,
         };

@@ -413,9 +413,9 @@ mod tests {
     #[test]
     fn a_reply_settles_every_member_by_the_compare_and_the_else_branch() {
         let theirs = Uuid::from_u128(1000);
-        let failed = |read| settled(Written::Replied(reply(false, read)));
+        let failed = |read| settled(Written::Replied(reply(false, read).into()));
         assert_eq!(
-            settled(Written::Replied(reply(true, vec![]))),
+            settled(Written::Replied(reply(true, vec![]).into())),
             "Committed { revision: 60 }"
         );
         // The compare failed, and member 2's first record is its own: an earlier send

@@ -14,10 +14,11 @@
 //! - compare failed: the `else` branch read `r/{first}` and the tip in the same linearizable
 //!   transaction. Our nonce on either means an earlier send committed. Otherwise the
 //!   transaction is fenced, for good (the tip, the owner key at this epoch and an absent
-//!   `r/{first}` can never all hold again), unless the record in `r/{first}`'s place may be
-//!   gone: the tip is at or past it (a trim removed the record), or the journal was deleted
-//!   since the append read its tip (no tip, or one created later). Whose record it was can
-//!   no longer be read, so the outcome stays unknown;
+//!   `r/{first}` can never all hold again), unless an earlier send's outcome was unknown and
+//!   the record in `r/{first}`'s place may be gone: the tip is at or past it (a trim removed
+//!   the record), or the journal was deleted since the append read its tip (no tip, or one
+//!   created later). Whose record it was can no longer be read, so the outcome stays
+//!   unknown;
 //! - unknown until the lease stopped being valid: one read of `r/{first}`, the tip and the
 //!   owner key. Our nonce on the record or the tip: committed. Another record there, or none
 //!   ever and no owner key at this epoch (so the transaction can never apply): fenced. A
@@ -368,8 +369,9 @@ impl AppendTxn {
                         tracing::debug!(key = self.first_key, "an earlier send committed");
                         Sent::Committed { revision }
                     }
-                    Seen::Gone => Sent::Unknown(self.gone()),
-                    Seen::Taken | Seen::Empty => Sent::Fenced,
+                    // No earlier send may have applied: it never did.
+                    Seen::Gone if response.after_unknown() => Sent::Unknown(self.gone()),
+                    Seen::Gone | Seen::Taken | Seen::Empty => Sent::Fenced,
                 }
             }
             Written::Resolved { read, unknown } => {
@@ -413,6 +415,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::journal::record::{Tip, encode_event, encode_tip};
+    use crate::write::Reply;
 
     const EPOCH: Epoch = Epoch(40);
 
@@ -500,9 +503,13 @@ pub(super) mod tests {
     #[test]
     fn a_reply_settles_by_its_compare_and_else_branch() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let failed = |first, tip| settled(Written::Replied(reply(false, vec![first, tip])));
+        // A reply after a send whose outcome was unknown: the `else` branch tells.
+        let failed = |first, tip| {
+            let reply = Reply::after_unknown_send(reply(false, vec![first, tip]));
+            settled(Written::Replied(reply))
+        };
         assert_eq!(
-            settled(Written::Replied(reply(true, vec![]))),
+            settled(Written::Replied(reply(true, vec![]).into())),
             "Committed { revision: 60 }"
         );
         // The compare failed: an earlier send of ours committed the first record...
@@ -538,7 +545,14 @@ pub(super) mod tests {
             ..append(ours)
         };
         let first = |read| format!("{:?}", first.settle(Written::Replied(read)));
-        assert_eq!(first(reply(false, vec![None, None])), "Fenced");
+        let read = reply(false, vec![None, None]);
+        assert_eq!(first(Reply::after_unknown_send(read)), "Fenced");
+        // A reply to the first send (or after sends that certainly did not apply): it never
+        // applied, whatever is gone.
+        let first_send =
+            |first, tip| settled(Written::Replied(reply(false, vec![first, tip]).into()));
+        assert_eq!(first_send(None, None), "Fenced");
+        assert_eq!(first_send(None, Some(tip(7, theirs))), "Fenced");
     }
 
     #[test]
@@ -598,11 +612,9 @@ pub(super) mod tests {
         // The read could not settle it.
         assert!(!how(read(None, Some(owner(EPOCH.revision())))));
         // A reply settled it, or nothing did.
-        assert!(!how(Written::Replied(reply(true, vec![]))));
-        assert!(!how(Written::Replied(reply(
-            false,
-            vec![Some(record(ours)), None]
-        ))));
+        assert!(!how(Written::Replied(reply(true, vec![]).into())));
+        let earlier = Reply::after_unknown_send(reply(false, vec![Some(record(ours)), None]));
+        assert!(!how(Written::Replied(earlier)));
         assert!(!how(Written::Unknown(unknown())));
         assert!(!how(Written::Failed(unknown())));
     }
