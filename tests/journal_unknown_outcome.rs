@@ -1,5 +1,7 @@
-//! An append whose reply is lost resolves to the truth: committed or not, and even when
-//! another owner fenced the journal before the writer could ask.
+//! An append whose reply is lost resolves to the truth: committed or not, even when another
+//! owner fenced the journal or a trim removed its first record before the writer could ask;
+//! and when nothing is left to tell (the journal deleted meanwhile), it stays unknown, never
+//! fenced.
 
 mod common;
 
