@@ -455,7 +455,6 @@ struct Member {
 
 /// A unary client, and whether it has authenticated (with credentials, it does so before its
 /// first request; etcd-client then refreshes an expired token by itself).
-#[derive(Clone)]
 struct Unary {
     client: Client,
     authenticated: Arc<tokio::sync::OnceCell<()>>,

@@ -325,10 +325,10 @@ impl AppendTxn {
                 revision: first.mod_revision(),
             },
             (_, Some((tip, revision))) if tip.nonce == self.nonce => Seen::Committed { revision },
-            (Some(_), _) if !deleted => Seen::Taken,
-            (_, _) if deleted => Seen::Gone,
+            _ if deleted => Seen::Gone,
+            (Some(_), _) => Seen::Taken,
             (None, Some((tip, _))) if tip.seq >= self.first_seq => Seen::Gone,
-            (_, _) => Seen::Empty,
+            (None, _) => Seen::Empty,
         }
     }
 
@@ -369,7 +369,8 @@ impl AppendTxn {
                         tracing::debug!(key = self.first_key, "an earlier send committed");
                         Sent::Committed { revision }
                     }
-                    // No earlier send may have applied: it never did.
+                    // What is gone hides a commit only if an earlier send may have applied;
+                    // otherwise this send's failed compare says it never did.
                     Seen::Gone if response.after_unknown() => Sent::Unknown(self.gone()),
                     Seen::Gone | Seen::Taken | Seen::Empty => Sent::Fenced,
                 }
