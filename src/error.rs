@@ -300,7 +300,8 @@ pub enum StoreError {
     /// The journal limits leave no room for an append: `max_txn_ops` below
     /// [`MIN_TXN_OPS`](crate::journal::MIN_TXN_OPS), or no transaction in flight. Permanent.
     #[error(
-        "invalid journal limits {limits:?}: max_txn_ops must be at least 3 and in_flight at least 1"
+        "invalid journal limits {limits:?}: max_txn_ops must be at least {} and in_flight at least 1",
+        crate::journal::MIN_TXN_OPS
     )]
     InvalidJournalLimits {
         /// The limits as given.

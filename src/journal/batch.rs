@@ -4,9 +4,9 @@
 //! journals, a store would still send one etcd request per journal per round trip, and etcd's
 //! work per request (the gRPC call, the raft entry, the apply) would bound it. So a store's
 //! journals hand their append transactions to the store's one [`Batcher`]. At most
-//! [`JournalLimits::in_flight`] (default 8) transactions are in flight for the whole store. Appends that arrive while every
-//! slot is busy queue up, and the next free slot takes as many of them, in arrival order, as
-//! fit etcd's limits, into one transaction:
+//! [`JournalLimits::in_flight`] (default 8) transactions are in flight for the whole store.
+//! Appends that arrive while every slot is busy queue up, and the next free slot takes as
+//! many of them, in arrival order, as fit etcd's limits, into one transaction:
 //!
 //! ```text
 //! if   every member's compares (its tip, its owner key, its first record)

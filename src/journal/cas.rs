@@ -65,6 +65,26 @@ pub(crate) fn estimate_size(
         + gets.into_iter().map(|k| k + GET).sum::<usize>()
 }
 
+/// [`estimate_size`] of an append transaction: its three compares, its records and tip, and
+/// the two gets of its `else` branch. Keys are the lengths of a record key, the tip key and
+/// the owner key; `values` the encoded records' lengths.
+pub(crate) fn append_size(
+    record_key: usize,
+    tip_key: usize,
+    owner_key: usize,
+    values: impl IntoIterator<Item = usize>,
+    tip_value: usize,
+) -> usize {
+    estimate_size(
+        [tip_key, owner_key, record_key],
+        values
+            .into_iter()
+            .map(|value| (record_key, value))
+            .chain([(tip_key, tip_value)]),
+        [record_key, tip_key],
+    )
+}
+
 /// The append transaction described in the module docs, with what settles its outcome. Kept
 /// as its parts, so that appends of several sessions can share one transaction (see
 /// [`batch`](super::batch)).
@@ -139,13 +159,12 @@ impl AppendTxn {
         let session = ownership.session_id();
         let tip_key = namespace.tip_key(session);
         let first_key = namespace.record_key(session, first_seq);
-        let size = estimate_size(
-            [tip_key.len(), ownership.owner_key().len(), first_key.len()],
-            values
-                .iter()
-                .map(|v| (first_key.len(), v.len()))
-                .chain([(tip_key.len(), tip_value.len())]),
-            [first_key.len(), tip_key.len()],
+        let size = append_size(
+            first_key.len(),
+            tip_key.len(),
+            ownership.owner_key().len(),
+            values.iter().map(Vec::len),
+            tip_value.len(),
         );
         let mut puts: Vec<TxnOp> = values
             .into_iter()

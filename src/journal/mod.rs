@@ -123,7 +123,7 @@ use crate::lease::{Epoch, Ownership};
 use crate::write::WritePolicy;
 pub(crate) use batch::Batcher;
 pub(crate) use cas::gets;
-use cas::{AppendTxn, Sent, estimate_size};
+use cas::{AppendTxn, Sent, append_size};
 use mutant::Mutant;
 
 pub(crate) use check::check;
@@ -391,13 +391,14 @@ impl Journal {
         let namespace = &self.context.namespace;
         let key = namespace.record_key(session, 0).len();
         let tip = namespace.tip_key(session).len();
-        estimate_size(
-            [tip, self.ownership.owner_key().len(), key],
+        append_size(
+            key,
+            tip,
+            self.ownership.owner_key().len(),
             payloads
                 .iter()
-                .map(|p| (key, record::RECORD_HEADER + p.as_ref().len()))
-                .chain([(tip, record::TIP_LEN)]),
-            [key, tip],
+                .map(|p| record::RECORD_HEADER + p.as_ref().len()),
+            record::TIP_LEN,
         )
     }
 
