@@ -822,12 +822,25 @@ impl Connection {
 
     /// The client for long-lived streams of the preferred endpoint, and that endpoint.
     pub(crate) fn stream_client(&self) -> (StreamClient, String) {
-        let member = &self.members[self.preferred.load(Ordering::Relaxed) % self.members.len()];
+        self.stream_client_at(self.preferred_index())
+    }
+
+    /// The client for long-lived streams of endpoint `index` (modulo the number of
+    /// endpoints), and that endpoint.
+    pub(crate) fn stream_client_at(&self, index: usize) -> (StreamClient, String) {
+        let member = &self.members[index % self.members.len()];
         let client = StreamClient {
             client: member.streams.clone(),
             credentials: self.credentials.clone(),
         };
         (client, member.endpoint.clone())
+    }
+
+    /// Makes endpoint `index` (modulo the number of endpoints) the preferred one: it has just
+    /// answered.
+    pub(crate) fn prefer(&self, index: usize) {
+        self.preferred
+            .store(index % self.members.len(), Ordering::Relaxed);
     }
 
     /// The unary client of `member`, authenticated first when there are credentials and it

@@ -1,6 +1,6 @@
 //! The keepalive driver on its own: a stalled stream is re-opened on another member before the
-//! deadline, and etcd saying the node lease is gone loses it at once, with nothing else to
-//! tell.
+//! deadline, an opening that one member holds does not keep another member from answering,
+//! and etcd saying the node lease is gone loses it at once, with nothing else to tell.
 
 mod common;
 
@@ -36,6 +36,50 @@ async fn a_stalled_keepalive_stream_moves_to_another_member_before_the_deadline(
     }
     assert_eq!(lease.loss_reason(), None);
     assert!(lease.is_valid());
+    assert_eq!(
+        store.node_lease_id(),
+        node_lease,
+        "the same node lease throughout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_opening_held_by_one_member_does_not_keep_another_from_renewing() {
+    let etcd = common::Etcd::start().await;
+    // Three ways to the same member: the stream's way, one that holds every opening (as an
+    // etcd follower does while it still forwards renewals to a dead leader), one that answers.
+    let way = || leasehold::testing::FaultProxy::start(etcd.node.endpoint());
+    let (stream_way, holding, answering) = (
+        way().await.unwrap(),
+        way().await.unwrap(),
+        way().await.unwrap(),
+    );
+    let endpoints = [&stream_way, &holding, &answering].map(|p| p.endpoint());
+    // TTL 3 s, margin 0.8 s: renewals every second, the deadline 2.2 s after the last answered
+    // one was sent. The renewal after it goes unanswered on the stream's way, is given up half
+    // an interval later (1.5 s), and the stream re-opened on the holding way first. Waiting out
+    // that opening (a renewal interval) before trying the answering way would renew at 2.5 s,
+    // past the deadline; sending the next opening a moment later renews before it.
+    let options = leasehold::StoreOptions::new(endpoints)
+        .with_namespace(etcd.ns.clone())
+        .with_node("a")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(800));
+    let store = leasehold::Store::connect(options).await.unwrap();
+    let node_lease = store.node_lease_id();
+    assert!(node_lease.is_some());
+    // The keepalive stream opens on the first way and renews there.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    holding.drop_replies();
+    stream_way.blackhole();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert!(
+            store.is_node_lease_valid(),
+            "the node lease stayed valid: a later opening went to the answering way"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         store.node_lease_id(),
         node_lease,

@@ -3,6 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use super::StoreShared;
@@ -138,44 +141,116 @@ pub(super) async fn run(
     }
 }
 
+/// How long an opening of the keepalive stream goes unanswered before another is sent, on the
+/// next endpoint. etcd answers an opening in milliseconds, but after a leader crash a member
+/// that still takes the dead leader for its leader holds the renewal until its dial to that
+/// leader gives up (etcd's peer dial timeout: 1 s + the election timeout), even when a new
+/// leader is elected meanwhile; an opening sent after the election is answered at once.
+const HEDGE: Duration = Duration::from_millis(250);
+
+/// How long after a failed opening (a member down, or without a leader) the next is sent.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// At most this many openings are in flight at once.
+const MAX_OPENINGS: usize = 8;
+
+/// A keepalive stream whose opening etcd answered.
+struct Opened {
+    keeper: etcd_client::LeaseKeeper,
+    stream: etcd_client::LeaseKeepAliveStream,
+    /// When its opening request was sent.
+    sent: Instant,
+    endpoint: String,
+}
+
+/// One opening of the keepalive stream, ended.
+struct Opening {
+    /// The endpoint's index, and the endpoint.
+    index: usize,
+    endpoint: String,
+    sent: Instant,
+    /// `Err` when it went unanswered for a renewal interval.
+    outcome: Result<
+        Result<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream), etcd_client::Error>,
+        tokio::time::error::Elapsed,
+    >,
+}
+
+/// Opens a keepalive stream for node lease `id`, the opening request being itself a renewal.
+///
+/// Openings are hedged: the first goes to the preferred endpoint, and while none is answered
+/// another goes to the next endpoint every [`HEDGE`] (or [`RETRY`] after one failed), each
+/// given up after `every`. The first one answered wins and its endpoint becomes preferred; the
+/// others are dropped, which cancels them. `None` when etcd says the lease is gone. It runs
+/// until a stream opens: the caller bounds it by the deadline.
+async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opened> {
+    let mut openings: FuturesUnordered<BoxFuture<'static, Opening>> = FuturesUnordered::new();
+    let mut index = connection.preferred_index();
+    let mut next = Instant::now();
+    loop {
+        tokio::select! {
+            () = sleep_until(next), if openings.len() < MAX_OPENINGS => {
+                let (client, endpoint) = connection.stream_client_at(index);
+                let sent = Instant::now();
+                let outcome = timeout(every, async move {
+                    client.ready().await?.lease_keep_alive(id).await
+                });
+                openings.push(Box::pin(async move {
+                    Opening { index, endpoint, sent, outcome: outcome.await }
+                }));
+                index = (index + 1) % connection.len();
+                next = Instant::now() + HEDGE;
+            }
+            Some(Opening { index: at, endpoint, sent, outcome }) = openings.next(),
+                if !openings.is_empty() =>
+            {
+                match outcome {
+                    Ok(Ok((keeper, stream))) => {
+                        connection.prefer(at);
+                        return Some(Opened { keeper, stream, sent, endpoint });
+                    }
+                    // etcd-client reports a TTL ≤ 0 on the opening reply this way: the lease is
+                    // gone.
+                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+                        if message == "lease not found" =>
+                    {
+                        return None;
+                    }
+                    Ok(Err(error)) => {
+                        tracing::debug!(%endpoint, %error, "opening the keepalive stream failed");
+                        next = next.min(Instant::now() + RETRY);
+                    }
+                    Err(_) => {
+                        tracing::debug!(%endpoint, "opening the keepalive stream stalled");
+                        next = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Keeps one node lease generation alive until it is lost or the store shuts down.
 async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Validity) -> End {
     let every = validity.renew_every();
     loop {
         // --- (re)open the stream; the opening request is itself a renewal.
         validity.stream_reset();
-        let (client, endpoint) = shared.connection.stream_client();
-        let sent = Instant::now();
-        let open = async { client.ready().await?.lease_keep_alive(node.id).await };
         let opened = tokio::select! {
-            opened = timeout(every, open) => opened,
+            opened = open(&shared.connection, node.id, every) => opened,
             _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
             _ = shared.shutdown.cancelled() => return End::Shutdown,
         };
-        let (mut keeper, mut stream) = match opened {
-            Ok(Ok(opened)) => opened,
-            // etcd-client reports a TTL ≤ 0 on the opening reply this way: the lease is gone.
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
-                if message == "lease not found" =>
-            {
-                return End::Lost(LossReason::KeepaliveFailed);
-            }
-            Ok(Err(error)) => {
-                tracing::debug!(%endpoint, %error, "opening the keepalive stream failed");
-                shared.connection.rotate();
-                tokio::select! {
-                    _ = sleep(Duration::from_millis(100)) => {}
-                    _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
-                    _ = shared.shutdown.cancelled() => return End::Shutdown,
-                }
-                continue;
-            }
-            Err(_) => {
-                tracing::debug!(%endpoint, "opening the keepalive stream stalled");
-                shared.connection.rotate();
-                continue;
-            }
+        let Some(Opened {
+            mut keeper,
+            mut stream,
+            sent,
+            endpoint,
+        }) = opened
+        else {
+            return End::Lost(LossReason::KeepaliveFailed);
         };
+        tracing::debug!(%endpoint, took = ?sent.elapsed(), "keepalive stream opened");
         // A renewal that arrives after the deadline passed must not revive the lease.
         if !validity.is_valid_at(Instant::now()) {
             return End::Lost(LossReason::Expired);

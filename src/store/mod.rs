@@ -33,7 +33,9 @@
 //!
 //! See `lease::validity`: the deadline is the send instant of the request a reply answers plus
 //! the granted TTL minus the safety margin; renewals go out every TTL/3. A stream that errs,
-//! ends, or leaves a renewal unanswered for half an interval is re-opened on the next endpoint.
+//! ends, or leaves a renewal unanswered for half an interval is re-opened on the next endpoint;
+//! while no opening is answered, another goes to the next endpoint every 250 ms (a member can
+//! hold a renewal for seconds after etcd's leader crashed, while another would answer it).
 //! When the deadline passes with no renewal, or etcd says the lease is gone, every lease of the
 //! node is lost ([`Expired`](crate::LossReason::Expired),
 //! [`KeepaliveFailed`](crate::LossReason::KeepaliveFailed)), that lease ID is never renewed
