@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Label, counter, gauge, histogram};
+use metrics::{Label, SharedString, counter, gauge, histogram};
 
 use crate::error::JournalWriteError;
 use crate::keys::Namespace;
@@ -93,9 +93,13 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new(node: &str, namespace: &Namespace) -> Self {
         Self {
+            // Shared, so that each recording clones the labels without copying the strings.
             labels: Arc::from(vec![
-                Label::new("node", node.to_owned()),
-                Label::new("namespace", namespace.as_str().to_owned()),
+                Label::new("node", SharedString::from_shared(Arc::from(node))),
+                Label::new(
+                    "namespace",
+                    SharedString::from_shared(Arc::from(namespace.as_str())),
+                ),
             ]),
         }
     }
