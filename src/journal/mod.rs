@@ -307,6 +307,8 @@ pub struct Journal {
     queue: std::sync::Mutex<VecDeque<Queued>>,
     /// Cancelled once the journal can no longer append (fenced or indeterminate).
     broken: CancellationToken,
+    /// The lengths of a record key and of the tip key, for [`encoded_size`](Self::encoded_size).
+    key_lengths: (usize, usize),
 }
 
 impl std::fmt::Debug for Journal {
@@ -339,9 +341,15 @@ impl Journal {
         next_seq: u64,
         tip_mod_revision: i64,
     ) -> Self {
+        let session = ownership.session_id();
+        let key_lengths = (
+            context.namespace.record_key(session, 0).len(),
+            context.namespace.tip_key(session).len(),
+        );
         Self {
             context,
             ownership,
+            key_lengths,
             writer: Mutex::new(Writer {
                 next_seq,
                 tip_mod_revision,
@@ -387,10 +395,7 @@ impl Journal {
 
     /// The encoded size the limits are checked against, for a batch of these payloads.
     pub fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
-        let session = self.session_id();
-        let namespace = &self.context.namespace;
-        let key = namespace.record_key(session, 0).len();
-        let tip = namespace.tip_key(session).len();
+        let (key, tip) = self.key_lengths;
         append_size(
             key,
             tip,
