@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::JournalLimits;
-use super::cas::{AppendTxn, Seen, Sent, gets};
+use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Seen, Sent, gets};
 use crate::connection::Connection;
 use crate::error::EtcdError;
 use crate::lease::Ownership;
@@ -270,7 +270,7 @@ fn take(queue: &mut VecDeque<Member>, limits: &JournalLimits) -> Vec<Member> {
             || (compares + next.append.compares.len() <= max_ops
                 && puts + next.append.puts.len() <= max_ops
                 // The `else` branch gets two keys per member, the resolving read three.
-                && 3 * (batch.len() + 1) <= max_ops
+                && RESOLVE_GETS.max(ELSE_GETS) * (batch.len() + 1) <= max_ops
                 && bytes + next.append.size <= max_bytes);
         if !fits {
             break;
@@ -314,20 +314,23 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
         // The `else` branch: each member's first record and tip, in order.
         Written::Replied(response) => {
             let read: Vec<_> = gets(&response).collect();
-            let seen = members.iter().zip(read.chunks(2)).map(|(member, read)| {
-                member.seen(read[0].as_ref(), read.get(1).and_then(Option::as_ref))
-            });
+            let seen = members
+                .iter()
+                .zip(read.chunks(ELSE_GETS))
+                .map(|(member, read)| {
+                    member.seen(read[0].as_ref(), read.get(1).and_then(Option::as_ref))
+                });
             committed(seen).unwrap_or(Shared::Never)
         }
         // Each member's first record, tip and owner key, in order.
         Written::Resolved { read, unknown } => {
             let read: Vec<_> = gets(&read).collect();
-            if read.len() != 3 * members.len() {
+            if read.len() != RESOLVE_GETS * members.len() {
                 return Shared::Unknown(unknown);
             }
             let seen: Vec<_> = members
                 .iter()
-                .zip(read.chunks(3))
+                .zip(read.chunks(RESOLVE_GETS))
                 .map(|(member, read)| {
                     (
                         member.seen(read[0].as_ref(), read[1].as_ref()),

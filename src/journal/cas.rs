@@ -85,6 +85,12 @@ pub(crate) fn append_size(
     )
 }
 
+/// The gets of an append's `else` branch: its first record and the tip.
+pub(crate) const ELSE_GETS: usize = 2;
+
+/// The gets of an append's resolving read: its first record, the tip and the owner key.
+pub(crate) const RESOLVE_GETS: usize = 3;
+
 /// The append transaction described in the module docs, with what settles its outcome. Kept
 /// as its parts, so that appends of several sessions can share one transaction (see
 /// [`batch`](super::batch)).
@@ -235,7 +241,7 @@ impl AppendTxn {
     }
 
     /// The `else` branch: the first record, then the tip.
-    pub(crate) fn or_else(&self) -> [TxnOp; 2] {
+    pub(crate) fn or_else(&self) -> [TxnOp; ELSE_GETS] {
         [
             TxnOp::get(self.first_key.as_str(), None),
             TxnOp::get(self.tip_key.as_str(), None),
@@ -243,7 +249,7 @@ impl AppendTxn {
     }
 
     /// The resolving read: the first record, the tip, then the owner key.
-    pub(crate) fn resolve_ops(&self) -> [TxnOp; 3] {
+    pub(crate) fn resolve_ops(&self) -> [TxnOp; RESOLVE_GETS] {
         [
             TxnOp::get(self.first_key.as_str(), None),
             TxnOp::get(self.tip_key.as_str(), None),
