@@ -10,6 +10,18 @@ use leasehold::testing::wait_for;
 use leasehold::{LossReason, Uuid};
 use tokio::time::Instant;
 
+/// Samples the store's node lease every 20 ms for `period`; panics at the first invalid one.
+async fn stays_valid(store: &leasehold::Store, period: Duration, why: &str) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        assert!(
+            store.is_node_lease_valid(),
+            "the node lease stayed valid: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_keepalive_stream_moves_to_another_member_before_the_deadline() {
     let etcd = common::Etcd::start().await;
@@ -24,14 +36,7 @@ async fn a_stalled_keepalive_stream_moves_to_another_member_before_the_deadline(
     // Silence each way in turn for longer than the TTL: whichever carries the stream stalls.
     for proxy in &proxies {
         proxy.blackhole();
-        let until = Instant::now() + Duration::from_secs(4);
-        while Instant::now() < until {
-            assert!(
-                store.is_node_lease_valid(),
-                "the node lease stayed valid: the stream moved"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        stays_valid(&store, Duration::from_secs(4), "the stream moved").await;
         proxy.heal();
     }
     assert_eq!(lease.loss_reason(), None);
@@ -72,14 +77,8 @@ async fn an_opening_held_by_one_member_does_not_keep_another_from_renewing() {
 
     holding.drop_replies();
     stream_way.blackhole();
-    let until = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < until {
-        assert!(
-            store.is_node_lease_valid(),
-            "the node lease stayed valid: a later opening went to the answering way"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let why = "a later opening went to the answering way";
+    stays_valid(&store, Duration::from_secs(4), why).await;
     assert_eq!(
         store.node_lease_id(),
         node_lease,
