@@ -2,7 +2,8 @@
 //! each journal still learns its own truth. Each journal stays one chain with every
 //! acknowledged append exactly once; a takeover of one session under shared transactions
 //! fences that session's callers only; and when the replies of shared transactions are lost,
-//! every caller of every session in them learns "committed".
+//! every caller of every session in them learns "committed"; and when a successor trims the
+//! records of a shared transaction whose reply was lost, no caller is told "fenced".
 
 mod common;
 
@@ -11,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use leasehold::testing::{AppendHistory, FaultProxy, check_journal};
-use leasehold::{Appended, Journal, JournalWriteError, Lease, Store, Uuid};
+use leasehold::testing::{AppendHistory, FaultProxy, check_journal, wait_for};
+use leasehold::{Appended, Journal, JournalLimits, JournalWriteError, Lease, Store, Uuid};
 
 /// Writers hold it for reading during each call: the test pauses them all by taking it for
 /// writing.
@@ -302,4 +303,180 @@ async fn lost_replies_of_shared_transactions_resolve_to_committed_for_every_sess
         "{calls} calls, {events} events, {per_journal} journal transactions in {shared} etcd transactions, across 4 losses of replies"
     );
     assert!(shared * 4 < per_journal * 3, "transactions were shared");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_transaction_that_committed_unheard_is_never_told_fenced_after_a_successor_trims_it()
+ {
+    committed_unheard_then_trimmed(Settled::ByReply).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_transaction_that_committed_unheard_and_trimmed_is_never_told_fenced_by_the_resolving_read()
+ {
+    committed_unheard_then_trimmed(Settled::ByRead).await;
+}
+
+/// How the writer of a committed shared transaction hears of it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settled {
+    /// Its leases still valid, a re-send's reply (the compare failed) tells.
+    ByReply,
+    /// Its leases released locally first, the resolving read tells.
+    ByRead,
+}
+
+/// Twelve sessions' 3-record batches share one transaction, which commits while its reply is
+/// lost; an operator revokes the sessions, a successor takes each over, fences and trims the
+/// batch's first record; then the writer hears etcd again, as `settled` says. No caller may be
+/// told "fenced", and every journal passes the checker.
+async fn committed_unheard_then_trimmed(settled: Settled) {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    // One append transaction in flight on a: the appends that wait for it share the next.
+    let options = leasehold::StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("a")
+        .with_ttl(Duration::from_secs(30), Duration::from_secs(1))
+        .with_journal_limits(JournalLimits::default().with_in_flight(1));
+    let a = Store::connect(options).await.unwrap();
+    let b = etcd.store("b", 30).await;
+    let mut held = hold(&a, 13).await;
+    let plug = held.pop().expect("13 held");
+
+    // --- phase: a's one slot is taken by an append whose reply is lost; 12 sessions' 3-record
+    // batches queue behind it.
+    proxy.drop_replies();
+    let plug_append = {
+        let journal = plug.journal.clone();
+        tokio::spawn(async move { journal.append("plug").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let appends: Vec<_> = held
+        .iter()
+        .enumerate()
+        .map(|(s, held)| {
+            let (journal, history) = (held.journal.clone(), held.history.clone());
+            tokio::spawn(async move {
+                let payload = [format!("s{s}-1"), format!("s{s}-2"), format!("s{s}-3")];
+                let call = history.lock().unwrap().invoke();
+                let result = journal.append_batch(&payload).await;
+                history.lock().unwrap().complete(call, &payload, &result);
+                result
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // --- phase: the plug's lease ends, so its append settles (unknown) and frees the slot. The
+    // 12 batches go in one shared transaction, which commits; its reply is lost, and a goes
+    // on re-sending it while the leases are valid.
+    let release = tokio::spawn(async move { plug.lease.release().await });
+    let mut tips = Vec::new();
+    for held in &held {
+        tips.push(a.namespace().tip_key(held.session));
+    }
+    let raw = etcd.raw.clone();
+    wait_for(
+        "the shared transaction committed",
+        Duration::from_secs(20),
+        || {
+            let (mut raw, tips) = (raw.clone(), tips.clone());
+            async move {
+                for tip in tips {
+                    let kv = raw
+                        .get(tip.as_str(), None)
+                        .await
+                        .ok()?
+                        .kvs()
+                        .first()?
+                        .clone();
+                    let tip = leasehold::Tip::decode(kv.key(), kv.value()).ok()?;
+                    (tip.seq == 4).then_some(())?;
+                }
+                Some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let revision_of = |kv: &etcd_client::KeyValue| kv.mod_revision();
+    let mut batch_revisions = HashSet::new();
+    for held in &held {
+        let key = a.namespace().record_key(held.session, 2);
+        let got = etcd.raw.clone().get(key, None).await.unwrap();
+        batch_revisions.insert(revision_of(&got.kvs()[0]));
+    }
+    assert_eq!(
+        batch_revisions.len(),
+        1,
+        "the 12 batches shared one transaction"
+    );
+
+    // --- phase: an operator revokes the 12 sessions; b takes each over, fences, and trims
+    // the first record of a's batch. a hears none of it.
+    let mut successors = Vec::new();
+    for held in &held {
+        etcd.raw
+            .clone()
+            .delete(held.lease.owner_key(), None)
+            .await
+            .unwrap();
+        let lease = b.acquire_lease(held.session).await.unwrap();
+        let journal = b.open_journal(held.session, Some(&lease)).await.unwrap();
+        let trimmed = journal.trim(3).await.unwrap();
+        assert_eq!(trimmed.base, 3, "a's fence and first record trimmed");
+        successors.push((lease, journal));
+    }
+    assert!(
+        held.iter().all(|held| held.lease.is_valid()),
+        "a does not know yet"
+    );
+
+    // --- phase: a hears etcd again. Whatever its re-sends or its resolving read now show,
+    // each of the 12 calls committed: none may be told it failed.
+    if settled == Settled::ByRead {
+        // The leases end locally: the re-send in flight (at most 500 ms) fails, and the
+        // resolving read starts (1 s per attempt). Healing within its first attempt closes
+        // that attempt's connection; the next attempt is answered.
+        let releases = futures_util::future::join_all(held.iter().map(|held| held.lease.release()));
+        tokio::select! {
+            _ = releases => panic!("a's releases cannot be confirmed while its replies are lost"),
+            _ = tokio::time::sleep(Duration::from_millis(650)) => {}
+        }
+        assert!(held.iter().all(|held| !held.lease.is_valid()));
+    }
+    proxy.heal();
+    let mut told = BTreeMap::<&str, usize>::new();
+    for (s, append) in appends.into_iter().enumerate() {
+        let result = append.await.unwrap();
+        let kind = match &result {
+            Ok(_) => "committed",
+            Err(JournalWriteError::OutcomeUnknown(_)) => "unknown",
+            Err(other) => panic!("session {s}: its batch committed, yet it was told {other:?}"),
+        };
+        *told.entry(kind).or_default() += 1;
+    }
+    println!("12 callers of a committed shared transaction were told: {told:?}");
+    let _ = plug_append.await.unwrap();
+    release.await.unwrap().unwrap();
+
+    // Each journal goes on under b, and is one chain with the batch's two last records in it.
+    for (held, (_, journal)) in held.iter().zip(&successors) {
+        let result = journal.append(format!("b-{}", held.session)).await;
+        held.history
+            .lock()
+            .unwrap()
+            .record(&[format!("b-{}", held.session)], &result);
+        result.unwrap();
+        let history = held.history.lock().unwrap().clone();
+        let report = check_journal(&b, held.session, &history)
+            .await
+            .unwrap_or_else(|violation| panic!("{violation}"));
+        assert_eq!(
+            report.fence_epochs.len(),
+            1,
+            "a's fence is trimmed, b's stands"
+        );
+    }
 }

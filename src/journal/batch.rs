@@ -24,13 +24,21 @@
 //! - a compare failed: the `else` branch showing any member's first record or tip with that
 //!   member's nonce means an earlier send committed, for every member. Otherwise the failed
 //!   compare is a member's whose compares can never all hold again (see `cas`), so the shared
-//!   transaction can never apply: each member is then sent on its own, through the one write
-//!   path, and learns its own outcome there (committed, fenced, unknown);
+//!   transaction can never apply again. Whether an earlier send applied it:
+//!   - not if every send before this one certainly failed, nor if some member's place shows
+//!     that it never did (another append's record there, or none ever): each member is then
+//!     sent on its own, through the one write path, and learns its own outcome there
+//!     (committed, fenced, unknown). From one member's view, that is a send that did not
+//!     apply followed by a send of its own part;
+//!   - otherwise every member's first record is gone (trimmed, or its journal deleted), and
+//!     with it the proof either way: every member's outcome is unknown, for good. Never
+//!     fenced: the shared transaction may have committed before a successor trimmed it;
 //! - unknown: the shared transaction is re-sent byte-identical while any member's lease is
 //!   valid (a member whose owner key is gone makes the next send's compare fail, above). When
 //!   none is, one read of every member's first record, tip and owner key settles it the same
-//!   way: committed, can never apply (each member on its own), or still unknown, for every
-//!   member;
+//!   way: committed; never applied and never will (a member's place taken by another's
+//!   record, or empty with its owner key moved on: each member on its own); or still unknown,
+//!   for every member (a first record gone proves nothing);
 //! - certainly not applied (refused): each member on its own.
 
 use std::collections::{HashSet, VecDeque};
@@ -237,6 +245,12 @@ impl Batcher {
                     let _ = member.reply.send((Sent::Unknown(error.clone()), false));
                 }
             }
+            Shared::Gone => {
+                for member in batch {
+                    let gone = member.append.gone();
+                    let _ = member.reply.send((Sent::Unknown(gone), false));
+                }
+            }
             Shared::Never => {
                 tracing::debug!(
                     members = batch.len(),
@@ -301,6 +315,10 @@ enum Shared {
     Committed { revision: i64 },
     /// It never applied and never will: each member is to be sent on its own.
     Never,
+    /// It can never apply again, and whether an earlier send did can no longer be read: every
+    /// member's first record is gone (trimmed, or its journal deleted). Unknown, for good, for
+    /// every member.
+    Gone,
     /// It may have applied, or may still.
     Unknown(EtcdError),
 }
@@ -314,13 +332,25 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
         // The `else` branch: each member's first record and tip, in order.
         Written::Replied(response) => {
             let read: Vec<_> = gets(&response).collect();
-            let seen = members
+            let seen: Vec<Seen> = members
                 .iter()
                 .zip(read.chunks(ELSE_GETS))
                 .map(|(member, read)| {
                     member.seen(read[0].as_ref(), read.get(1).and_then(Option::as_ref))
-                });
-            committed(seen).unwrap_or(Shared::Never)
+                })
+                .collect();
+            if let Some(committed) = committed(seen.iter().copied()) {
+                return committed;
+            }
+            // The failed compare says it can never apply again. Whether an earlier send did:
+            // not if every send before this one certainly failed, nor if some member's place
+            // shows it never did (another's record there, or none ever). Otherwise every
+            // member's first record is gone, and with it what it would have said.
+            if !response.after_unknown() || seen.iter().any(|seen| seen.never_applied()) {
+                Shared::Never
+            } else {
+                Shared::Gone
+            }
         }
         // Each member's first record, tip and owner key, in order.
         Written::Resolved { read, unknown } => {
@@ -341,10 +371,15 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
             if let Some(committed) = committed(seen.iter().map(|(seen, _)| *seen)) {
                 return committed;
             }
-            // A member whose place is taken, or whose owner key moved on, can never have
-            // its compares hold again: neither can the shared transaction.
-            let never = |(seen, unowned): &(Seen, bool)| {
-                matches!(seen, Seen::Taken | Seen::Gone) || *unowned
+            // A member whose place shows that the shared transaction never applied, and whose
+            // compares can never all hold again (another's record there; or none ever, and its
+            // owner key moved on): the shared transaction never applied and never will. A
+            // member whose first record is gone shows neither: an earlier send may have
+            // applied, so it stays unknown, for every member.
+            let never = |(seen, unowned): &(Seen, bool)| match seen {
+                Seen::Taken => true,
+                Seen::Empty => *unowned,
+                Seen::Gone | Seen::Committed { .. } => false,
             };
             if seen.iter().any(never) {
                 Shared::Never
@@ -378,6 +413,7 @@ mod tests {
     use crate::journal::cas::tests::{owner, reply, tip, unknown};
     use crate::journal::record::encode_event;
     use crate::lease::{Epoch, LeaseState, NodeLease};
+    use crate::write::Reply;
 
     const EPOCH: Epoch = Epoch(40);
 
@@ -447,6 +483,66 @@ mod tests {
     }
 
     #[test]
+    fn after_an_unknown_send_a_failed_compare_over_first_records_all_gone_is_unknown() {
+        let theirs = Uuid::from_u128(1000);
+        let failed = |read| {
+            let reply = Reply::after_unknown_send(reply(false, read));
+            settled(Written::Replied(reply))
+        };
+        // Every member's first record trimmed, every tip a successor's: the shared
+        // transaction may have committed before the trims. Unknown, never fenced.
+        let gone = || Some(tip(4, theirs));
+        assert_eq!(
+            failed(vec![None, gone(), None, gone(), None, gone()]),
+            "Gone"
+        );
+        // One member's record is its own: committed, for every member.
+        assert_eq!(
+            failed(vec![
+                None,
+                gone(),
+                Some(record(2, true)),
+                gone(),
+                None,
+                gone()
+            ]),
+            "Committed { revision: 50 }"
+        );
+        // One member's place shows the shared transaction never applied: another's record
+        // there, or none ever (the tip short of it). Each member on its own.
+        assert_eq!(
+            failed(vec![
+                Some(record(1, false)),
+                gone(),
+                None,
+                gone(),
+                None,
+                gone()
+            ]),
+            "Never"
+        );
+        assert_eq!(
+            failed(vec![None, gone(), None, Some(tip(0, theirs)), None, gone()]),
+            "Never"
+        );
+    }
+
+    #[test]
+    fn a_member_told_gone_learns_that_its_outcome_is_unknown_for_good() {
+        let members = [append(1), append(2)];
+        let refs: Vec<_> = members.iter().collect();
+        let theirs = Uuid::from_u128(1000);
+        let read = vec![None, Some(tip(4, theirs)), None, Some(tip(4, theirs))];
+        let shared = settle(
+            &refs,
+            Written::Replied(Reply::after_unknown_send(reply(false, read))),
+        );
+        assert!(matches!(shared, Shared::Gone));
+        let message = format!("{:?}", members[0].gone());
+        assert!(message.contains("record 1 was trimmed"), "{message}");
+    }
+
+    #[test]
     fn a_resolving_read_settles_every_member_or_leaves_every_member_unknown() {
         let theirs = Uuid::from_u128(1000);
         let at_epoch = || Some(owner(EPOCH.revision()));
@@ -458,7 +554,7 @@ mod tests {
         };
         // Each member: its first record, its tip, its owner key.
         let member = |first, tip, owner| [first, tip, owner];
-        let untouched = || member(None, None, at_epoch());
+        let untouched = || member(None, Some(tip(0, theirs)), at_epoch());
         let read = |members: [[Option<PbKeyValue>; 3]; 3]| members.concat();
         // Member 3's record is its own: committed, for every member.
         assert_eq!(
@@ -478,28 +574,39 @@ mod tests {
             ])),
             "Committed { revision: 55 }"
         );
-        // Member 2's owner key is gone: the shared transaction can never apply.
-        assert_eq!(
-            resolved(read([untouched(), member(None, None, None), untouched()])),
-            "Never"
-        );
-        // Member 1's first record is someone else's, or was trimmed: the same.
+        // Member 2's owner key is gone, and no record ever was in its place: the shared
+        // transaction never applied and can never apply.
         assert_eq!(
             resolved(read([
-                member(Some(record(1, false)), None, at_epoch()),
+                untouched(),
+                member(None, Some(tip(0, theirs)), None),
+                untouched()
+            ])),
+            "Never"
+        );
+        // Member 1's first record is someone else's: the same.
+        assert_eq!(
+            resolved(read([
+                member(Some(record(1, false)), Some(tip(1, theirs)), at_epoch()),
                 untouched(),
                 untouched()
             ])),
             "Never"
         );
-        assert_eq!(
+        // Member 1's first record was trimmed (the tip is past it, another's): whose it was is
+        // gone, so the shared transaction may have committed. Unknown, even with every owner
+        // key moved on; never "can never apply", which would send each member on its own
+        // and tell it fenced.
+        assert!(
             resolved(read([
                 member(None, Some(tip(2, theirs)), at_epoch()),
                 untouched(),
                 untouched()
-            ])),
-            "Never"
+            ]))
+            .starts_with("Unknown(")
         );
+        let gone = || member(None, Some(tip(2, theirs)), None);
+        assert!(resolved(read([gone(), gone(), gone()])).starts_with("Unknown("));
         // Every owner key at its epoch, no record: it may still apply.
         assert!(resolved(read([untouched(), untouched(), untouched()])).starts_with("Unknown("));
         // A read that does not match the members says nothing.

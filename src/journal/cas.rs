@@ -126,6 +126,15 @@ pub(crate) enum Seen {
     Empty,
 }
 
+impl Seen {
+    /// Whether the read shows that the append never applied: another append's record stands
+    /// in its first record's place, or that place always was empty. (That it never will is
+    /// the compare's to say.)
+    pub(crate) fn never_applied(self) -> bool {
+        matches!(self, Seen::Taken | Seen::Empty)
+    }
+}
+
 impl AppendTxn {
     /// Records `values` from `first_seq` on, and `tip_value`, all written with `nonce`.
     pub(crate) fn build(
@@ -210,7 +219,8 @@ impl AppendTxn {
     }
 
     /// An append of `compares` compares and `puts` puts (on made-up keys) whose first record
-    /// is `first_key`, at sequence number 1, for tests of what uses it.
+    /// is `first_key`, at sequence number 1, made on a tip read at revision 5, for tests of
+    /// what uses it.
     #[cfg(test)]
     pub(crate) fn for_test(
         session: Uuid,
@@ -232,7 +242,8 @@ impl AppendTxn {
             first_key,
             first_seq: 1,
             tip_key: "ns/journals/s/tip".into(),
-            tip_mod_revision: 0,
+            // Its tip as read at revision 5 (the test tips were created at 3).
+            tip_mod_revision: 5,
             owner_key: "ns/owners/s".into(),
             nonce,
             epoch,
@@ -370,7 +381,7 @@ impl AppendTxn {
     }
 
     /// The outcome a first record gone for good leaves: unknown, for good.
-    fn gone(&self) -> EtcdError {
+    pub(crate) fn gone(&self) -> EtcdError {
         EtcdError::unreadable(
             "append",
             format!(
