@@ -17,8 +17,8 @@
 //!   `r/{first}` can never all hold again), unless an earlier send's outcome was unknown and
 //!   the record in `r/{first}`'s place may be gone: the tip is at or past it (a trim removed
 //!   the record), or the journal was deleted since the append read its tip (no tip, or one
-//!   created later). Whose record it was can no longer be read, so the outcome stays
-//!   unknown;
+//!   created later; for a journal's first fence, which read no tip, any tip or none). Whose
+//!   record it was can no longer be read, so the outcome stays unknown;
 //! - unknown until the lease stopped being valid: one read of `r/{first}`, the tip and the
 //!   owner key. Our nonce on the record or the tip: committed. Another record there, or none
 //!   ever and no owner key at this epoch (so the transaction can never apply): fenced. A
@@ -348,10 +348,11 @@ impl AppendTxn {
 
     /// What `first` (its first record) and `tip`, read in one transaction, show of it.
     pub(crate) fn seen(&self, first: Option<&KeyValue>, tip: Option<&KeyValue>) -> Seen {
-        // The journal this append read its tip from was deleted since: its tip is gone, or
-        // is a new one.
-        let deleted = self.tip_mod_revision > 0
-            && tip.is_none_or(|tip| tip.create_revision() > self.tip_mod_revision);
+        // The journal this append read its tip from may have been deleted since: its tip is
+        // gone, or is a new one. An append that read no tip (a journal's first fence) cannot
+        // tell a tip created by another writer from one created after its own committed and
+        // the journal was deleted: for it, any tip is "new".
+        let deleted = tip.is_none_or(|tip| tip.create_revision() > self.tip_mod_revision);
         let tip = tip.and_then(|kv| {
             let decoded = decode_tip(kv.key(), kv.value()).ok()?;
             Some((decoded, kv.mod_revision()))
@@ -576,14 +577,30 @@ pub(super) mod tests {
         assert!(failed(None, None).starts_with("Unknown("));
         assert!(failed(None, renewed(1)).starts_with("Unknown("));
         assert!(failed(Some(record(theirs)), renewed(7)).starts_with("Unknown("));
-        // An append to a journal with no tip yet (its first fence): nothing was deleted.
+        // An append to a journal with no tip yet (its first fence), after an unknown send:
+        // no tip now, or another's, may be its own committed and the journal deleted (and
+        // created again) since. Unknown too; after a first send that failed, fenced.
         let first = AppendTxn {
             tip_mod_revision: 0,
+            first_seq: 1,
             ..append(ours)
         };
         let first = |read| format!("{:?}", first.settle(Written::Replied(read)));
-        let read = reply(false, vec![None, None]);
-        assert_eq!(first(Reply::after_unknown_send(read)), "Fenced");
+        let after_unknown = |read| first(Reply::after_unknown_send(read));
+        assert!(after_unknown(reply(false, vec![None, None])).starts_with("Unknown("));
+        let theirs_first = Some(record(theirs));
+        assert!(
+            after_unknown(reply(
+                false,
+                vec![theirs_first.clone(), Some(tip(1, theirs))]
+            ))
+            .starts_with("Unknown(")
+        );
+        assert_eq!(first(reply(false, vec![None, None]).into()), "Fenced");
+        assert_eq!(
+            first(reply(false, vec![theirs_first, Some(tip(1, theirs))]).into()),
+            "Fenced"
+        );
         // A reply to the first send (or after sends that certainly did not apply): it never
         // applied, whatever is gone.
         let first_send =
