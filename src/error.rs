@@ -745,21 +745,16 @@ fn classify_status(status: &tonic::Status) -> FailureClass {
 }
 
 /// Whether an `Unavailable` status comes from failing to open a connection, so the request was
-/// never written to the wire. Decided from the typed cause chain (an `io::Error` raised while
-/// connecting), not from message text.
+/// never written to the wire. Decided from the typed cause chain: tonic wraps every failure of
+/// its connector (TCP connect, connect timeout, TLS handshake) in [`tonic::ConnectError`], and
+/// nothing else. An `io::Error` alone says nothing: an established socket reports
+/// `HostUnreachable` or `NetworkUnreachable` too, after the request may have been sent.
 fn never_connected(status: &tonic::Status) -> bool {
     use std::error::Error as _;
-    use std::io::ErrorKind;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
     while let Some(error) = cause {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                ErrorKind::ConnectionRefused
-                    | ErrorKind::AddrNotAvailable
-                    | ErrorKind::HostUnreachable
-                    | ErrorKind::NetworkUnreachable
-            );
+        if error.is::<tonic::ConnectError>() {
+            return true;
         }
         cause = error.source();
     }
@@ -935,12 +930,38 @@ mod tests {
         let status = tonic::Status::from_error(Box::new(refused));
         assert_eq!(status.code(), tonic::Code::Unknown);
         // from_error keeps the io error as the source but picks no code: mimic tonic's
-        // transport, which reports connect failures as Unavailable with the cause attached.
-        let mut unavailable = tonic::Status::unavailable("error trying to connect");
-        unavailable.set_source(std::sync::Arc::new(std::io::Error::from(
+        // transport, which reports a failed connect as Unavailable "tcp connect error" with
+        // its connector's error (wrapped in tonic::ConnectError) as the cause.
+        let connect = |kind| {
+            let mut unavailable = tonic::Status::unavailable("tcp connect error");
+            unavailable.set_source(std::sync::Arc::new(tonic::ConnectError(Box::new(
+                std::io::Error::from(kind),
+            ))));
+            unavailable
+        };
+        assert_eq!(
+            class_of(connect(std::io::ErrorKind::ConnectionRefused)),
+            FailureClass::NotSent
+        );
+        assert_eq!(
+            class_of(connect(std::io::ErrorKind::TimedOut)),
+            FailureClass::NotSent
+        );
+        // The same io errors from an established connection (no connect error around them):
+        // the request may have been sent.
+        for kind in [
             std::io::ErrorKind::ConnectionRefused,
-        )));
-        assert_eq!(class_of(unavailable), FailureClass::NotSent);
+            std::io::ErrorKind::HostUnreachable,
+            std::io::ErrorKind::NetworkUnreachable,
+        ] {
+            let mut unavailable = tonic::Status::unavailable("transport error");
+            unavailable.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
+            assert_eq!(
+                class_of(unavailable),
+                FailureClass::OutcomeUnknown,
+                "{kind:?}"
+            );
+        }
         assert!(FailureClass::NotSent.retry_write());
         assert!(!FailureClass::OutcomeUnknown.retry_write());
         assert!(FailureClass::OutcomeUnknown.retry_read());
