@@ -70,6 +70,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
+mod clock;
 mod connection;
 mod error;
 #[cfg(feature = "fault")]

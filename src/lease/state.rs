@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Epoch, LossReason};
+use crate::clock;
 use crate::journal::SeenTip;
 use crate::metrics::Metrics;
 
@@ -29,9 +30,12 @@ pub(crate) struct NodeLease {
     reason: std::sync::OnceLock<LossReason>,
 }
 
+/// Its instants are on the suspend-aware clock ([`clock::now`]), as [`Validity`]'s are.
+///
+/// [`Validity`]: super::validity::Validity
 impl NodeLease {
     pub(crate) fn new(id: i64, valid_until: Instant) -> Self {
-        let origin = Instant::now();
+        let origin = clock::now();
         let lease = Self {
             id,
             origin,
@@ -50,7 +54,8 @@ impl NodeLease {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.origin + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+        let after = Duration::from_nanos(self.valid_until.load(Ordering::Acquire));
+        self.origin.checked_add(after).unwrap_or(self.origin)
     }
 
     /// Marks this generation lost for good: it is never renewed again. The first reason
@@ -69,9 +74,10 @@ impl NodeLease {
         self.lost.load(Ordering::Acquire)
     }
 
-    /// Not lost and before its deadline. No I/O, no lock.
+    /// Not lost and before its deadline, on the clock that runs while the machine is
+    /// suspended. No I/O, no lock.
     pub(crate) fn is_valid(&self) -> bool {
-        !self.is_lost() && Instant::now() < self.valid_until()
+        !self.is_lost() && clock::now() < self.valid_until()
     }
 }
 
@@ -272,6 +278,27 @@ mod tests {
         assert!(lease.is_valid(), "a renewal extends it");
         lease.node.mark_lost(LossReason::Expired);
         assert!(!lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_longer_than_the_deadline_ends_validity_though_tokios_clock_stood_still() {
+        let node = Arc::new(NodeLease::new(7, clock::now() + Duration::from_secs(5)));
+        let lease = LeaseState::new(
+            Uuid::nil(),
+            Epoch(42),
+            "ns/owners/x".into(),
+            Uuid::nil(),
+            node,
+        );
+        let before = Instant::now();
+        clock::suspend(Duration::from_secs(4));
+        assert!(lease.is_valid(), "4 s of the 5 s gone");
+        clock::suspend(Duration::from_secs(2));
+        assert_eq!(Instant::now(), before, "no monotonic time passed");
+        assert!(
+            !lease.is_valid(),
+            "the machine was suspended past the deadline: etcd expired the lease meanwhile"
+        );
     }
 
     #[tokio::test(start_paused = true)]

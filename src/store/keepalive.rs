@@ -6,9 +6,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
-use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio::time::{Instant, sleep, timeout};
 
 use super::StoreShared;
+use crate::clock::{self, sleep_until};
 use crate::connection::Connection;
 use crate::error::EtcdError;
 use crate::lease::validity::{self, MarginError, Renewal, Validity};
@@ -26,7 +27,7 @@ pub(super) async fn grant(
     ttl: Duration,
     margin: Duration,
 ) -> Result<(Arc<NodeLease>, Validity), GrantError> {
-    let sent = Instant::now();
+    let sent = clock::now();
     // A grant whose outcome is unknown leaks at most a lease that expires by itself after its
     // TTL, with no key attached: granting is safe to retry.
     let (id, granted) = connection
@@ -37,7 +38,7 @@ pub(super) async fn grant(
         .await
         .map_err(GrantError::Etcd)?;
     let granted = Duration::from_secs(granted.max(0) as u64);
-    if let Err(error) = validity::check_margin(granted, margin, sent.elapsed()) {
+    if let Err(error) = validity::check_margin(granted, margin, clock::since(sent)) {
         revoke(connection, id).await;
         return Err(GrantError::Margin(error));
     }
@@ -186,12 +187,12 @@ struct Opening {
 async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opened> {
     let mut openings: FuturesUnordered<BoxFuture<'static, Opening>> = FuturesUnordered::new();
     let mut index = connection.preferred_index();
-    let mut next = Instant::now();
+    let mut next = clock::now();
     loop {
         tokio::select! {
             () = sleep_until(next), if openings.len() < MAX_OPENINGS => {
                 let (client, endpoint) = connection.stream_client_at(index);
-                let sent = Instant::now();
+                let sent = clock::now();
                 let outcome = timeout(every, async move {
                     client.ready().await?.lease_keep_alive(id).await
                 });
@@ -199,7 +200,7 @@ async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opene
                     Opening { index, endpoint, sent, outcome: outcome.await }
                 }));
                 index = (index + 1) % connection.len();
-                next = Instant::now() + HEDGE;
+                next = clock::later(HEDGE);
             }
             Some(Opening { index: at, endpoint, sent, outcome }) = openings.next(),
                 if !openings.is_empty() =>
@@ -218,11 +219,11 @@ async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opene
                     }
                     Ok(Err(error)) => {
                         tracing::debug!(%endpoint, %error, "opening the keepalive stream failed");
-                        next = next.min(Instant::now() + RETRY);
+                        next = next.min(clock::later(RETRY));
                     }
                     Err(_) => {
                         tracing::debug!(%endpoint, "opening the keepalive stream stalled");
-                        next = Instant::now();
+                        next = clock::now();
                     }
                 }
             }
@@ -250,9 +251,9 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
         else {
             return End::Lost(LossReason::KeepaliveFailed);
         };
-        tracing::debug!(%endpoint, took = ?sent.elapsed(), "keepalive stream opened");
+        tracing::debug!(%endpoint, took = ?clock::since(sent), "keepalive stream opened");
         // A renewal that arrives after the deadline passed must not revive the lease.
-        if !validity.is_valid_at(Instant::now()) {
+        if !validity.is_valid_at(clock::now()) {
             return End::Lost(LossReason::Expired);
         }
         // The opening reply renewed the lease with its TTL (etcd-client keeps only its ID).
@@ -263,18 +264,20 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
         }
 
         // --- renew every TTL/3 until the stream fails or stalls
-        let mut next = sent + every;
+        let mut next = clock::after(sent, every);
         loop {
             // A renewal unanswered for half an interval means a stalled stream (etcd answers in
             // milliseconds): re-open it then, leaving most of the deadline's slack for the new
             // stream, rather than at the next renewal.
             let stalled = validity
                 .oldest_outstanding()
-                .map_or(validity.valid_until(), |oldest| oldest + every / 2);
+                .map_or(validity.valid_until(), |oldest| {
+                    clock::after(oldest, every / 2)
+                });
             tokio::select! {
                 _ = shared.shutdown.cancelled() => return End::Shutdown,
                 _ = sleep_until(validity.valid_until()) => {
-                    if !validity.is_valid_at(Instant::now()) {
+                    if !validity.is_valid_at(clock::now()) {
                         return End::Lost(LossReason::Expired);
                     }
                 }
@@ -284,16 +287,16 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                     break;
                 }
                 _ = sleep_until(next) => {
-                    let now = Instant::now();
+                    let now = clock::now();
                     validity.sent(now);
                     if keeper.keep_alive().await.is_err() {
                         break;
                     }
-                    next = now + every;
+                    next = clock::after(now, every);
                 }
                 reply = stream.message() => match reply {
                     // A renewal that arrives after the deadline passed must not revive the lease.
-                    Ok(Some(_)) if !validity.is_valid_at(Instant::now()) => {
+                    Ok(Some(_)) if !validity.is_valid_at(clock::now()) => {
                         return End::Lost(LossReason::Expired);
                     }
                     Ok(Some(reply)) => {
@@ -302,7 +305,7 @@ async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Valid
                         match validity.replied(reply.ttl()) {
                             Renewal::Renewed { valid_until } => {
                                 node.set_valid_until(valid_until);
-                                let now = Instant::now();
+                                let now = clock::now();
                                 if let Some(sent) = answered {
                                     shared.metrics.keepalive(
                                         now.saturating_duration_since(sent),
