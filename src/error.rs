@@ -204,6 +204,15 @@ pub struct LeaseLostError {
     pub reason: Option<LossReason>,
 }
 
+/// How a lease that is no longer valid reads in a message: its loss reason, or that its
+/// deadline passed before a loss was recorded.
+fn lease_state(reason: Option<LossReason>) -> String {
+    match reason {
+        Some(reason) => format!("lost ({reason})"),
+        None => "past its validity deadline".to_owned(),
+    }
+}
+
 /// [`Store::acquire_lease`](crate::Store::acquire_lease) or
 /// [`acquire_lease_wait`](crate::Store::acquire_lease_wait) failed.
 #[derive(Debug, thiserror::Error)]
@@ -404,7 +413,7 @@ pub enum OpenJournalError {
 #[non_exhaustive]
 pub enum JournalWriteError {
     /// Refused locally: the lease is lost or invalid. Nothing was sent. Permanent.
-    #[error("append refused")]
+    #[error("append refused: the lease is {}", lease_state(.0.source.reason))]
     LeaseLost(#[source] JournalLeaseLostError),
     /// The hard fence: not committed, and the journal stays fenced. Permanent.
     #[error("append failed")]
@@ -921,6 +930,28 @@ mod tests {
         assert!(
             !error.is_tls(),
             "only an InvalidData error carries a TLS failure"
+        );
+    }
+
+    #[test]
+    fn an_append_refused_for_a_lost_lease_says_why() {
+        let refused = |reason| {
+            JournalWriteError::LeaseLost(JournalLeaseLostError {
+                source: LeaseLostError {
+                    session_id: Uuid::nil(),
+                    epoch: Epoch(7),
+                    reason,
+                },
+            })
+            .to_string()
+        };
+        assert_eq!(
+            refused(Some(LossReason::Overtaken)),
+            "append refused: the lease is lost (overtaken)"
+        );
+        assert_eq!(
+            refused(None),
+            "append refused: the lease is past its validity deadline"
         );
     }
 
