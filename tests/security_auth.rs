@@ -117,8 +117,7 @@ async fn a_store_whose_role_no_longer_covers_its_namespace_loses_every_lease() {
     let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
         .await
         .unwrap();
-    let mut options = alice(&etcd, "A", PASSWORD);
-    options.endpoints = vec![proxy.endpoint()];
+    let options = alice(&etcd, "A", PASSWORD).with_endpoints([proxy.endpoint()]);
     let store = Store::connect(options).await.expect("alice connects");
     let mut leases = Vec::new();
     for _ in 0..2 {
@@ -431,8 +430,7 @@ async fn streams_reopened_after_the_token_expired_authenticate_afresh() {
     let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
         .await
         .unwrap();
-    let mut options = alice(&etcd, "A", PASSWORD);
-    options.endpoints = vec![proxy.endpoint()];
+    let options = alice(&etcd, "A", PASSWORD).with_endpoints([proxy.endpoint()]);
     let store = Store::connect(options).await.expect("alice connects");
     let mut leases = Vec::new();
     for _ in 0..3 {

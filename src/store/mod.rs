@@ -163,6 +163,16 @@ impl StoreOptions {
         }
     }
 
+    /// Replaces the etcd client URLs (e.g. to send one node through a fault proxy while
+    /// keeping the rest of its options).
+    pub fn with_endpoints<S: Into<String>>(
+        mut self,
+        endpoints: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.endpoints = endpoints.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Connects over TLS (`https://` endpoints) with `tls`.
     pub fn with_tls(mut self, tls: TlsOptions) -> Self {
         self.tls = Some(tls);
