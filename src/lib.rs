@@ -88,6 +88,11 @@ pub mod store;
 pub mod testing;
 mod write;
 
+/// The etcd client leasehold is built on, re-exported so that the types in leasehold's API
+/// that come from it ([`Ownership::guard`]'s `Compare`, [`Store::connect_with_client`]'s
+/// `Client`) need no second, matching dependency.
+pub use etcd_client;
+
 pub use admin::Admin;
 pub use connection::{
     ConnectError, ConnectOptions, Connection, Credentials, MemberStatus, NamespaceStatus,
