@@ -195,6 +195,14 @@ async fn owners_journal_show_and_check_tell_what_etcd_holds() {
     let checked = json(&endpoint, ns, &["check", "--json"]).await;
     assert_eq!(checked["sound"], true, "{checked}");
     assert_eq!(checked["journals"].as_array().unwrap().len(), 2);
+    // Its progress, on a stderr that is not a terminal: whole lines, nothing rewritten.
+    let (code, _, stderr) = run(&endpoint, ns, &["check"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.lines().any(|line| line == "checking 2/2"),
+        "{stderr:?}"
+    );
+    assert!(!stderr.contains('\r'), "{stderr:?}");
     let raw = etcd.raw.clone();
     let stray = etcd.ns.record_key(s2, 9);
     raw.clone()

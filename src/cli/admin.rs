@@ -530,6 +530,16 @@ fn check_json(check: &JournalCheck) -> Value {
     })
 }
 
+/// `check`'s progress on stderr: one line rewritten in place on a terminal; elsewhere (a log,
+/// a pipe) a line of its own every 1,000 journals and at the last.
+fn progress(done: usize, total: usize) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\rchecking {done}/{total}");
+    } else if done.is_multiple_of(1000) || done == total {
+        eprintln!("checking {done}/{total}");
+    }
+}
+
 pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failure> {
     let admin = admin(common).await?;
     let sessions = if args.sessions.is_empty() {
@@ -543,11 +553,11 @@ pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failu
     let mut checks = Vec::with_capacity(sessions.len());
     for (i, &session) in sessions.iter().enumerate() {
         if !args.json && sessions.len() > 1 {
-            eprint!("\rchecking {}/{}", i + 1, sessions.len());
+            progress(i + 1, sessions.len());
         }
         let check = admin.check(session).await.map_err(replay_failure)?;
         if !args.sessions.is_empty() && check.tip.is_none() && check.records == 0 {
-            if !args.json && sessions.len() > 1 {
+            if !args.json && sessions.len() > 1 && std::io::stderr().is_terminal() {
                 eprintln!();
             }
             return Err(Failure::runtime_message(format!(
@@ -557,7 +567,7 @@ pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failu
         }
         checks.push(check);
     }
-    if !args.json && sessions.len() > 1 {
+    if !args.json && sessions.len() > 1 && std::io::stderr().is_terminal() {
         eprintln!();
     }
     let sound = checks.iter().all(JournalCheck::is_sound);
