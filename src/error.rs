@@ -125,6 +125,17 @@ impl EtcdError {
         self.code
     }
 
+    /// Whether etcd's reply exceeded the client's decode limit (tonic's "decoded message
+    /// length too large", 4 MiB): the request was answered, but the answer is lost; a request
+    /// that reads less is answered.
+    pub(crate) fn is_reply_too_large(&self) -> bool {
+        use std::error::Error as _;
+        self.code == Some(tonic::Code::OutOfRange)
+            && self
+                .source()
+                .is_some_and(|source| source.to_string().contains("message length too large"))
+    }
+
     /// Whether the failure is etcd's "requested lease not found" (the lease expired or was
     /// revoked).
     pub fn is_lease_not_found(&self) -> bool {

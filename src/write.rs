@@ -284,8 +284,8 @@ pub(crate) async fn send(
                     return Written::Unknown(unknown);
                 };
                 return match read_once(connection, policy, read, stop).await {
-                    Some(read) => Written::Resolved { read, unknown },
-                    None => Written::Unknown(unknown),
+                    Ok(read) => Written::Resolved { read, unknown },
+                    Err(_) => Written::Unknown(unknown),
                 };
             }
         }
@@ -293,28 +293,34 @@ pub(crate) async fn send(
 }
 
 /// The resolving read: linearizable, a few attempts across the endpoints, bounded in time.
-async fn read_once(
+/// The error is the last attempt's.
+pub(crate) async fn read_once(
     connection: &Connection,
     policy: &WritePolicy,
     read: &Txn,
     stop: &CancellationToken,
-) -> Option<TxnResponse> {
+) -> Result<TxnResponse, EtcdError> {
+    const OPERATION: &str = "resolving read";
     let attempts = connection.endpoints().len().max(1) * 2;
+    let mut last = EtcdError::stopped(OPERATION);
     for _ in 0..attempts {
         let attempt = tokio::select! {
-            attempt = connection.attempt("resolving read", policy.attempt_timeout, |mut client| {
+            attempt = connection.attempt(OPERATION, policy.attempt_timeout, |mut client| {
                 let read = read.clone();
                 async move { client.txn(read).await }
             }) => attempt,
-            _ = stop.cancelled() => return None,
+            _ = stop.cancelled() => return Err(EtcdError::stopped(OPERATION)),
         };
         match attempt {
-            Ok(response) => return Some(response),
-            Err(error) if error.class() == FailureClass::Permanent => return None,
-            Err(_) => connection.rotate(),
+            Ok(response) => return Ok(response),
+            Err(error) if error.class() == FailureClass::Permanent => return Err(error),
+            Err(error) => {
+                last = error;
+                connection.rotate();
+            }
         }
     }
-    None
+    Err(last)
 }
 
 #[cfg(test)]

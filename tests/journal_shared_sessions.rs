@@ -326,11 +326,20 @@ enum Settled {
     ByRead,
 }
 
-/// Twelve sessions' 3-record batches share one transaction, which commits while its reply is
-/// lost; an operator revokes the sessions, a successor takes each over, fences and trims the
-/// batch's first record; then the writer hears etcd again, as `settled` says. No caller may be
-/// told "fenced", and every journal passes the checker.
-async fn committed_unheard_then_trimmed(settled: Settled) {
+/// A store whose `sessions` sessions' 3-record batches (`s{i}-1`..`s{i}-3`, seq 2..4 after
+/// the fence) went in one shared transaction that committed while its reply was lost; it goes
+/// on re-sending while the leases are valid, and hears nothing until `proxy` heals.
+struct Unheard {
+    etcd: common::Etcd,
+    proxy: FaultProxy,
+    a: Store,
+    held: Vec<Held>,
+    appends: Vec<tokio::task::JoinHandle<Result<Appended, JournalWriteError>>>,
+    /// The plug's append and its release, to be awaited after the heal.
+    plug: tokio::task::JoinHandle<()>,
+}
+
+async fn committed_unheard(sessions: usize) -> Unheard {
     let etcd = common::Etcd::start().await;
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
     // One append transaction in flight on a: the appends that wait for it share the next.
@@ -340,16 +349,17 @@ async fn committed_unheard_then_trimmed(settled: Settled) {
         .with_ttl(Duration::from_secs(30), Duration::from_secs(1))
         .with_journal_limits(JournalLimits::default().with_in_flight(1));
     let a = Store::connect(options).await.unwrap();
-    let b = etcd.store("b", 30).await;
-    let mut held = hold(&a, 13).await;
-    let plug = held.pop().expect("13 held");
+    let mut held = hold(&a, sessions + 1).await;
+    let plug = held.pop().expect("one more held");
 
-    // --- phase: a's one slot is taken by an append whose reply is lost; 12 sessions' 3-record
+    // --- phase: a's one slot is taken by an append whose reply is lost; the sessions' 3-record
     // batches queue behind it.
     proxy.drop_replies();
     let plug_append = {
         let journal = plug.journal.clone();
-        tokio::spawn(async move { journal.append("plug").await })
+        tokio::spawn(async move {
+            let _ = journal.append("plug").await;
+        })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let appends: Vec<_> = held
@@ -369,9 +379,13 @@ async fn committed_unheard_then_trimmed(settled: Settled) {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // --- phase: the plug's lease ends, so its append settles (unknown) and frees the slot. The
-    // 12 batches go in one shared transaction, which commits; its reply is lost, and a goes
+    // batches go in one shared transaction, which commits; its reply is lost, and a goes
     // on re-sending it while the leases are valid.
     let release = tokio::spawn(async move { plug.lease.release().await });
+    let plug = tokio::spawn(async move {
+        plug_append.await.unwrap();
+        release.await.unwrap().unwrap();
+    });
     let mut tips = Vec::new();
     for held in &held {
         tips.push(a.namespace().tip_key(held.session));
@@ -412,6 +426,30 @@ async fn committed_unheard_then_trimmed(settled: Settled) {
         1,
         "the 12 batches shared one transaction"
     );
+    Unheard {
+        etcd,
+        proxy,
+        a,
+        held,
+        appends,
+        plug,
+    }
+}
+
+/// Twelve sessions' 3-record batches share one transaction, which commits while its reply is
+/// lost; an operator revokes the sessions, a successor takes each over, fences and trims the
+/// batch's first record; then the writer hears etcd again, as `settled` says. No caller may be
+/// told "fenced", and every journal passes the checker.
+async fn committed_unheard_then_trimmed(settled: Settled) {
+    let Unheard {
+        etcd,
+        proxy,
+        a: _a,
+        held,
+        appends,
+        plug,
+    } = committed_unheard(12).await;
+    let b = etcd.store("b", 30).await;
 
     // --- phase: an operator revokes the 12 sessions; b takes each over, fences, and trims
     // the first record of a's batch. a hears none of it.
@@ -458,8 +496,7 @@ async fn committed_unheard_then_trimmed(settled: Settled) {
         *told.entry(kind).or_default() += 1;
     }
     println!("12 callers of a committed shared transaction were told: {told:?}");
-    let _ = plug_append.await.unwrap();
-    release.await.unwrap().unwrap();
+    plug.await.unwrap();
 
     // Each journal goes on under b, and is one chain with the batch's two last records in it.
     for (held, (_, journal)) in held.iter().zip(&successors) {
@@ -479,4 +516,65 @@ async fn committed_unheard_then_trimmed(settled: Settled) {
             "a's fence is trimmed, b's stands"
         );
     }
+}
+
+/// Three of four sessions' journals are deleted and made anew with a 1.4 MiB record in the
+/// place of the shared transaction's first record: what the re-sends' `else` branch and the
+/// shared resolving read show is over the client's 4 MiB decode limit. Read member by member,
+/// the intact session's record is the writer's own: the shared transaction committed, and
+/// every caller is told so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_outcome_too_large_to_read_at_once_is_read_member_by_member() {
+    let Unheard {
+        etcd,
+        proxy,
+        a,
+        held,
+        appends,
+        plug,
+    } = committed_unheard(4).await;
+
+    // --- phase: an operator deletes three journals; each is made anew with a large record
+    // where the batch's first record was.
+    let large = vec![b'x'; 1_400 * 1024];
+    for held in &held[1..] {
+        let mut raw = etcd.raw.clone();
+        let prefix = a.namespace().journal_prefix(held.session);
+        raw.delete(
+            prefix,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+        raw.put(
+            a.namespace().record_key(held.session, 2),
+            large.clone(),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+
+    // --- phase: a hears etcd again, and its leases end (the resolving read decides).
+    let releases = futures_util::future::join_all(held.iter().map(|held| held.lease.release()));
+    tokio::select! {
+        _ = releases => panic!("a's releases cannot be confirmed while its replies are lost"),
+        _ = tokio::time::sleep(Duration::from_millis(650)) => {}
+    }
+    proxy.heal();
+    for (s, append) in appends.into_iter().enumerate() {
+        let appended = append.await.unwrap().unwrap_or_else(|error| {
+            panic!("session {s}: its batch committed, yet it was told {error:?}")
+        });
+        assert_eq!(
+            (appended.first_seq, appended.last_seq),
+            (2, 4),
+            "session {s}"
+        );
+    }
+    plug.await.unwrap();
+    let history = held[0].history.lock().unwrap().clone();
+    check_journal(&a, held[0].session, &history)
+        .await
+        .unwrap_or_else(|violation| panic!("{violation}"));
 }

@@ -38,7 +38,10 @@
 //!   none is, one read of every member's first record, tip and owner key settles it the same
 //!   way: committed; never applied and never will (a member's place taken by another's
 //!   record, or empty with its owner key moved on: each member on its own); or still unknown,
-//!   for every member (a first record gone proves nothing);
+//!   for every member (a first record gone proves nothing). A reply too large for the client
+//!   to decode (4 MiB: members' places holding large records of others, after their journals
+//!   were deleted and made anew) is read again member by member, and the members' reads
+//!   settle it as the one read would have;
 //! - certainly not applied (refused): each member on its own.
 
 use std::collections::{HashSet, VecDeque};
@@ -169,6 +172,45 @@ impl Batcher {
         }
     }
 
+    /// Reads what the shared transaction of `members` came to, its sends having stayed
+    /// unknown (`unknown` is the first failure that may have applied): one read of every
+    /// member's first record, tip and owner key. A reply too large for the client to decode
+    /// (members' places holding large records of others) is read again member by member:
+    /// each read is one member's, and settles the whole transaction as the shared read would
+    /// (it applied all or nothing, and can no longer apply once any member shows it never
+    /// will); a member whose read fails adds nothing.
+    async fn resolve(&self, members: &[&AppendTxn], unknown: EtcdError) -> Shared {
+        let read = Txn::new().and_then(
+            members
+                .iter()
+                .flat_map(|m| m.resolve_ops())
+                .collect::<Vec<TxnOp>>(),
+        );
+        let error = match write::read_once(&self.connection, &self.policy, &read, &self.stop).await
+        {
+            Ok(read) => return settle(members, Written::Resolved { read, unknown }),
+            Err(error) => error,
+        };
+        if !error.is_reply_too_large() {
+            return Shared::Unknown(unknown);
+        }
+        tracing::debug!(
+            members = members.len(),
+            "the shared resolving read's reply is too large; reading member by member"
+        );
+        let reads = members.iter().map(|member| async move {
+            let read = Txn::new().and_then(member.resolve_ops());
+            let read = write::read_once(&self.connection, &self.policy, &read, &self.stop).await;
+            read.ok().map(|read| member.resolved(&read))
+        });
+        let seen: Vec<(Seen, bool)> = futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        from_reads(&seen, unknown)
+    }
+
     /// The next members off the queue (see [`take`]).
     fn take(&self) -> Vec<Member> {
         take(&mut self.queue(), &self.limits)
@@ -216,25 +258,24 @@ impl Batcher {
                     .flat_map(|m| m.append.or_else())
                     .collect::<Vec<_>>(),
             );
-        let resolve = Txn::new().and_then(
-            batch
-                .iter()
-                .flat_map(|m| m.append.resolve_ops())
-                .collect::<Vec<TxnOp>>(),
-        );
+        // No resolving read for the write path: an outcome still unknown comes back as such,
+        // and is read here (see `resolve`).
         let written = write::send(
             &self.connection,
             &self.policy,
             "append",
             &txn,
-            Some(&resolve),
+            None,
             || batch.iter().any(|m| m.ownership.is_valid()),
             &self.stop,
         )
         .await;
-        let by_read = matches!(written, Written::Resolved { .. });
         let appends: Vec<&AppendTxn> = batch.iter().map(|m| &m.append).collect();
-        match settle(&appends, written) {
+        let (shared, by_read) = match written {
+            Written::Unknown(unknown) => (self.resolve(&appends, unknown).await, true),
+            written => (settle(&appends, written), false),
+        };
+        match shared {
             Shared::Committed { revision } => {
                 for member in batch {
                     let _ = member.reply.send((Sent::Committed { revision }, by_read));
@@ -368,27 +409,33 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
                     )
                 })
                 .collect();
-            if let Some(committed) = committed(seen.iter().map(|(seen, _)| *seen)) {
-                return committed;
-            }
-            // A member whose place shows that the shared transaction never applied, and whose
-            // compares can never all hold again (another's record there; or none ever, and its
-            // owner key moved on): the shared transaction never applied and never will. A
-            // member whose first record is gone shows neither: an earlier send may have
-            // applied, so it stays unknown, for every member.
-            let never = |(seen, unowned): &(Seen, bool)| match seen {
-                Seen::Taken => true,
-                Seen::Empty => *unowned,
-                Seen::Gone | Seen::Committed { .. } => false,
-            };
-            if seen.iter().any(never) {
-                Shared::Never
-            } else {
-                Shared::Unknown(unknown)
-            }
+            from_reads(&seen, unknown)
         }
         Written::Unknown(error) => Shared::Unknown(error),
         Written::Failed(_) => Shared::Never,
+    }
+}
+
+/// What reads of members' first records, tips and owner keys (each with whether its owner
+/// key moved on), made once the sends stayed unknown, show of the shared transaction.
+fn from_reads(seen: &[(Seen, bool)], unknown: EtcdError) -> Shared {
+    if let Some(committed) = committed(seen.iter().map(|(seen, _)| *seen)) {
+        return committed;
+    }
+    // A member whose place shows that the shared transaction never applied, and whose
+    // compares can never all hold again (another's record there; or none ever, and its owner
+    // key moved on): the shared transaction never applied and never will. A member whose
+    // first record is gone shows neither: an earlier send may have applied, so it stays
+    // unknown, for every member.
+    let never = |(seen, unowned): &(Seen, bool)| match seen {
+        Seen::Taken => true,
+        Seen::Empty => *unowned,
+        Seen::Gone | Seen::Committed { .. } => false,
+    };
+    if seen.iter().any(never) {
+        Shared::Never
+    } else {
+        Shared::Unknown(unknown)
     }
 }
 

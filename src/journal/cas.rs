@@ -369,6 +369,21 @@ impl AppendTxn {
         }
     }
 
+    /// What its resolving read (see [`resolve_ops`](Self::resolve_ops)) shows of it, and
+    /// whether its owner key moved on.
+    pub(crate) fn resolved(&self, read: &TxnResponse) -> (Seen, bool) {
+        let mut gets = gets(read);
+        let (first, tip, owner) = (
+            gets.next().flatten(),
+            gets.next().flatten(),
+            gets.next().flatten(),
+        );
+        (
+            self.seen(first.as_ref(), tip.as_ref()),
+            self.unowned(owner.as_ref()),
+        )
+    }
+
     /// Whether `record` carries this append's nonce.
     fn ours(&self, record: &KeyValue) -> bool {
         decode_record(record.key(), None, record.value())

@@ -13,15 +13,6 @@ use super::record::{Record, decode_base, decode_record, seq_of_key};
 use crate::connection::Connection;
 use crate::error::ReplayError;
 
-/// tonic's "decoded message length too large": the reply exceeded the 4 MiB decode limit.
-fn is_too_large(error: &crate::EtcdError) -> bool {
-    use std::error::Error as _;
-    error.code() == Some(tonic::Code::OutOfRange)
-        && error
-            .source()
-            .is_some_and(|source| source.to_string().contains("message length too large"))
-}
-
 struct Page {
     revision: i64,
     /// The base at the snapshot revision, read with the first page.
@@ -279,7 +270,9 @@ impl Stream for Replay {
                 Ok(page) => self.take_page(page),
                 // Records larger than those seen so far made the reply too large to decode:
                 // read the same page again, smaller.
-                Err(ReplayError::Etcd(error)) if is_too_large(&error) && self.page_limit() > 1 => {
+                Err(ReplayError::Etcd(error))
+                    if error.is_reply_too_large() && self.page_limit() > 1 =>
+                {
                     self.cap = (self.page_limit() / 2).max(1);
                 }
                 Err(error) => {
