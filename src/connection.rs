@@ -416,6 +416,12 @@ pub struct MemberStatus {
 }
 
 impl MemberStatus {
+    /// Whether this member runs an etcd older than [`MINIMUM_ETCD`] (a version that does not
+    /// parse is not called old).
+    pub fn is_older_than_minimum(&self) -> bool {
+        older_than_minimum(&self.version)
+    }
+
     pub(crate) fn from_response(endpoint: String, status: &etcd_client::StatusResponse) -> Self {
         let header = status.header();
         Self {
@@ -426,6 +432,43 @@ impl MemberStatus {
             raft_term: status.raft_term(),
             version: status.version().to_owned(),
         }
+    }
+}
+
+/// The oldest etcd release leasehold's guarantees hold on in full: 3.5.28 fixed stale
+/// linearizable reads around a leader change or a process pause (the resolving read of an
+/// append or acquisition whose outcome is unknown depends on them) and, with 3.5.23, a
+/// renewal that succeeded after its lease was revoked. (Tenants isolated by RBAC need 3.5.30:
+/// nested transactions could bypass permission checks before it.)
+pub const MINIMUM_ETCD: (u64, u64, u64) = (3, 5, 28);
+
+/// Whether `version` (`3.5.16`, possibly with a suffix) is older than [`MINIMUM_ETCD`]. A
+/// version that does not parse is not called old.
+fn older_than_minimum(version: &str) -> bool {
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|part| part.parse::<u64>().ok());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => {
+            (major, minor, patch) < MINIMUM_ETCD
+        }
+        _ => false,
+    }
+}
+
+/// Warns, once per process, that `member` runs an etcd older than [`MINIMUM_ETCD`].
+pub(crate) fn warn_if_old(member: &MemberStatus) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if member.is_older_than_minimum() {
+        WARNED.call_once(|| {
+            let (major, minor, patch) = MINIMUM_ETCD;
+            tracing::warn!(
+                endpoint = %member.endpoint,
+                version = %member.version,
+                "etcd {} is older than {major}.{minor}.{patch}, which fixed stale linearizable reads around a leader change and a renewal after a revoke (docs/production.md, etcd versions)",
+                member.version
+            );
+        });
     }
 }
 
@@ -556,6 +599,8 @@ pub struct Connection {
     client_options: Option<etcd_client::ConnectOptions>,
     /// Who the clients authenticate as.
     credentials: Option<Arc<Credentials>>,
+    /// The member that answered the first status request, if one was made.
+    answered: Option<Arc<MemberStatus>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -622,6 +667,7 @@ impl Connection {
             retry: options.retry,
             client_options: Some(client_options),
             credentials: options.credentials.map(Arc::new),
+            answered: None,
         };
         connection
             .answering(
@@ -651,6 +697,7 @@ impl Connection {
             retry,
             client_options: None,
             credentials: None,
+            answered: None,
         };
         connection
             .answering(endpoint, None, Duration::from_secs(3))
@@ -672,8 +719,14 @@ impl Connection {
         let answered = tokio::time::timeout(deadline, connection.status())
             .await
             .unwrap_or_else(|_| Err(EtcdError::timed_out("status", &endpoints, deadline)));
-        let Err(source) = answered else {
-            return Ok(connection);
+        let source = match answered {
+            Ok(member) => {
+                return Ok(Self {
+                    answered: Some(Arc::new(member)),
+                    ..connection
+                });
+            }
+            Err(source) => source,
         };
         let source = match tls {
             Some(tls) if closed_without_a_reason(&source) => {
@@ -690,6 +743,14 @@ impl Connection {
         } else {
             ConnectError::Unreachable { endpoints, source }
         })
+    }
+
+    /// Warns (once per process) if the member that answered the first status request runs an
+    /// etcd older than [`MINIMUM_ETCD`].
+    pub(crate) fn warn_if_old(&self) {
+        if let Some(member) = &self.answered {
+            warn_if_old(member);
+        }
     }
 
     /// The endpoints, in the order given.
@@ -1071,6 +1132,25 @@ pub async fn etcd_metric(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn versions_before_the_minimum_are_old_and_garbage_is_not() {
+        for old in ["3.4.23", "3.5.16", "3.5.27", "2.3.8", "3.5.0-rc.1"] {
+            assert!(older_than_minimum(old), "{old}");
+        }
+        for fine in [
+            "3.5.28",
+            "3.5.30",
+            "3.6.0",
+            "4.0.0",
+            "3.5.28+dirty",
+            "",
+            "v3",
+            "3.x.1",
+        ] {
+            assert!(!older_than_minimum(fine), "{fine}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -95,8 +95,8 @@ pub use etcd_client;
 
 pub use admin::Admin;
 pub use connection::{
-    ConnectError, ConnectOptions, Connection, Credentials, MemberStatus, NamespaceStatus,
-    RetryPolicy, TlsOptions, etcd_metric,
+    ConnectError, ConnectOptions, Connection, Credentials, MINIMUM_ETCD, MemberStatus,
+    NamespaceStatus, RetryPolicy, TlsOptions, etcd_metric,
 };
 pub use error::{
     AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,

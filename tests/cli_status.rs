@@ -19,7 +19,7 @@ struct Status {
 }
 
 /// Runs `leasehold status` on `endpoint` for `namespace`; it must exit 0 within 20 s and say
-/// nothing on stderr.
+/// nothing on stderr but that the test's etcd is older than the minimum for production.
 async fn status(endpoint: &str, namespace: &Namespace) -> Status {
     let output = tokio::time::timeout(
         Duration::from_secs(20),
@@ -45,7 +45,13 @@ async fn status(endpoint: &str, namespace: &Namespace) -> Status {
     );
     println!("{stdout}");
     assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stderr.is_empty(), "nothing on stderr: {stderr}");
+    // The test's etcd (3.5.16) is older than the minimum for production: one warning says so.
+    let warnings: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warnings.len(), 1, "one line on stderr: {stderr}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("is older than 3.5.28"),
+        "{stderr}"
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "two lines: {stdout}");
     let (counts, revision) = lines[1]

@@ -423,6 +423,14 @@ async fn status(common: &Common) -> Result<(), Failure> {
         .status()
         .await
         .map_err(|error| Failure::etcd(error.class(), error))?;
+    if member.is_older_than_minimum() {
+        let (major, minor, patch) = leasehold::MINIMUM_ETCD;
+        tracing::warn!(
+            endpoint = %member.endpoint,
+            "etcd {} is older than {major}.{minor}.{patch}, the minimum for production (docs/production.md, etcd versions)",
+            member.version
+        );
+    }
     let held = connection
         .namespace_status(&common.namespace)
         .await

@@ -400,6 +400,7 @@ impl Store {
 
     /// Grants the node lease and starts the keepalive and watch tasks.
     async fn start(connection: Connection, options: StoreOptions) -> Result<Self, StoreError> {
+        connection.warn_if_old();
         let (node, validity) = keepalive::grant(&connection, options.ttl, options.margin)
             .await
             .map_err(|error| match error {
