@@ -31,6 +31,27 @@
 //! its share does not take a session that another host just shed. A session freed while a
 //! host is full makes it list the hosts again at once.
 //!
+//! # Leaving
+//!
+//! A host leaves when it is shut down or dropped (its store may live on: the key would
+//! otherwise outlive the host with the node lease, and its share would never be owned). One
+//! task, the balance loop, both writes the key and deletes it, one after the other:
+//!
+//! - the put is `put({ns}/hosts/{store}, value, lease = node lease)`, the value carrying a
+//!   nonce of this host. It is re-sent until a reply settles it, the node lease stops being
+//!   valid (the key then goes with the lease) or the store closes (which revokes the lease);
+//!   the host's leaving does not cut it short, so no put is still on its way when the delete
+//!   is sent;
+//! - the delete is `if value(key) == this host's value then delete(key)`, tried for three
+//!   write attempts ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout));
+//!   one not confirmed by then is handed to the store's background deletes, which re-send it
+//!   until it is confirmed, the node lease is lost (its end deletes the key) or the store
+//!   closes.
+//!
+//! [`shutdown`](SessionHost::shutdown) waits for the delete (at most those three attempts)
+//! before it shuts the sessions down; dropping the host signals the same and waits for
+//! nothing.
+//!
 //! [`Journal::broken`]: crate::Journal::broken
 
 use std::collections::HashMap;
@@ -43,14 +64,15 @@ use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::keys::prefix_end;
-use crate::lease::{Epoch, LossReason};
+use crate::lease::{Epoch, LossReason, NodeLease};
 use crate::rig::{Rig, RigError};
-use crate::store::Store;
+use crate::store::{Delete, Store};
 use crate::write::{self, Written};
 
 /// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
@@ -189,8 +211,8 @@ pub enum HostEvent {
 
 /// Keeps sessions owned and worked on; see the [module docs](self).
 ///
-/// Dropping the host stops its tasks in the background (each session shut down in order);
-/// [`shutdown`](Self::shutdown) does the same and waits for it.
+/// Dropping the host stops its tasks in the background (its key deleted, each session shut
+/// down in order); [`shutdown`](Self::shutdown) does the same and waits for it.
 pub struct SessionHost {
     inner: Arc<Inner>,
 }
@@ -224,8 +246,15 @@ struct Inner {
     recount: Notify,
     events: broadcast::Sender<HostEvent>,
     host_key: String,
-    /// Cancelled when the host starts leaving: the balance loop stops.
+    /// What this host writes into its key: unique to this host (it carries a nonce), so the
+    /// leave's delete, guarded by it, deletes this host's registration and no other.
+    host_value: String,
+    /// Cancelled when the host starts leaving: the balance loop registers no more and deletes
+    /// the host's key.
     leaving: CancellationToken,
+    /// Cancelled once the balance loop has left: the key's delete is confirmed, or it goes on
+    /// in the background.
+    left: CancellationToken,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -249,6 +278,12 @@ impl SessionHost {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let host_key = store.namespace().host_key(store.shared().id);
+        let host_value = HostValue {
+            max: options.max_sessions,
+            nonce: Uuid::new_v4(),
+            node: store.node().to_owned(),
+        }
+        .encode();
         let inner = Arc::new(Inner {
             store,
             options,
@@ -262,7 +297,9 @@ impl SessionHost {
             recount: Notify::new(),
             events: broadcast::Sender::new(1024),
             host_key,
+            host_value,
             leaving: CancellationToken::new(),
+            left: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -320,11 +357,21 @@ impl SessionHost {
 
     /// Stops hosting: the host's key is deleted (so others take its share at once), then every
     /// owned session is shut down in order. Idempotent.
+    ///
+    /// The delete is waited for at most three write attempts
+    /// ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout)); one not
+    /// confirmed by then goes on in the background until it is, or until the node lease the
+    /// key is attached to is gone (which deletes the key too).
     pub async fn shutdown(&self) {
-        if !self.inner.leaving.is_cancelled() {
-            self.inner.leaving.cancel();
-            self.inner.leave().await;
-        }
+        self.inner.leaving.cancel();
+        let bound = self
+            .inner
+            .store
+            .shared()
+            .write
+            .attempt_timeout
+            .saturating_mul(3);
+        let _ = tokio::time::timeout(bound, self.inner.left.cancelled()).await;
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
@@ -332,6 +379,8 @@ impl SessionHost {
 }
 
 impl Drop for SessionHost {
+    /// Signals only: the balance task deletes the host's key (in the background if it must),
+    /// and every session task shuts its session down in order.
     fn drop(&mut self) {
         self.inner.leaving.cancel();
         self.inner.shutdown.cancel();
@@ -359,19 +408,17 @@ impl Inner {
         self.freed.send_replace(());
     }
 
-    /// Writes this host's key, attached to the current node lease.
-    async fn register(&self) -> bool {
+    /// Writes this host's key, attached to the current node lease (returned, with whether a
+    /// reply confirmed the put). Not stopped by the host's leaving: it is re-sent until a reply
+    /// settles it, the node lease stops being valid (then it is lost, and the key with it), or
+    /// the store closes (which revokes the node lease), so no send of it is still on its way
+    /// when the leave's delete goes out.
+    async fn register(&self) -> Option<(Arc<NodeLease>, bool)> {
         let shared = self.store.shared();
-        let Some(node) = shared.current_node().filter(|node| node.is_valid()) else {
-            return false;
-        };
-        let value = HostValue {
-            max: self.options.max_sessions,
-            node: self.store.node().to_owned(),
-        };
+        let node = shared.current_node().filter(|node| node.is_valid())?;
         let txn = Txn::new().and_then([TxnOp::put(
             self.host_key.as_str(),
-            value.encode(),
+            self.host_value.as_str(),
             Some(PutOptions::new().with_lease(node.id)),
         )]);
         let written = write::send(
@@ -381,10 +428,11 @@ impl Inner {
             &txn,
             None,
             || node.is_valid(),
-            &self.shutdown,
+            &shared.shutdown,
         )
         .await;
-        matches!(written, Written::Replied(_))
+        let replied = matches!(written, Written::Replied(_));
+        Some((node, replied))
     }
 
     /// The live hosts, sorted by key, at one revision: each key and its maximum.
@@ -400,6 +448,7 @@ impl Inner {
             });
         let response = tokio::select! {
             response = read => response.ok()?,
+            _ = self.leaving.cancelled() => return None,
             _ = self.shutdown.cancelled() => return None,
         };
         Some(
@@ -421,15 +470,28 @@ impl Inner {
     }
 }
 
-/// Keeps this host's key alive and its cap current; sheds what is over the cap. Ends when the
-/// host starts leaving.
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. When the host
+/// starts leaving, deletes the host's key and ends. Registering and leaving are done here
+/// alone, one after the other, so the delete always comes after the last put.
 async fn balance(inner: Arc<Inner>) {
     let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
     let mut registered_on = None;
+    // The node lease of the last put sent: the key, if it exists, is attached to it.
+    let mut written_on: Option<Arc<NodeLease>> = None;
     loop {
         let node = inner.store.node_lease_id();
-        if node.is_some() && registered_on != node && inner.register().await {
-            registered_on = node;
+        if node.is_some()
+            && registered_on != node
+            && !inner.leaving.is_cancelled()
+            && let Some((lease, replied)) = inner.register().await
+        {
+            if replied {
+                registered_on = Some(lease.id);
+            }
+            written_on = Some(lease);
+        }
+        if inner.leaving.is_cancelled() {
+            break;
         }
         if let Some(mut hosts) = inner.live_hosts().await {
             let wanted = lock(&inner.wanted).len();
@@ -466,29 +528,48 @@ async fn balance(inner: Arc<Inner>) {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
             _ = inner.recount.notified() => {}
-            _ = inner.leaving.cancelled() => return,
+            _ = inner.leaving.cancelled() => break,
         }
     }
+    inner.leave(written_on).await;
+    inner.left.cancel();
 }
 
 impl Inner {
-    /// Hands this host's share over: takes no more sessions and deletes the host's key, so
-    /// the other hosts' shares grow before this host's sessions are released.
-    async fn leave(&self) {
+    /// Hands this host's share over: takes no more sessions and deletes the host's key (put
+    /// last on `node`), so the other hosts' shares grow. The delete is guarded by this host's
+    /// value and tried for at most three write attempts here; one not confirmed by then is
+    /// handed to the store's background deletes, which re-send it until it is confirmed or
+    /// `node` is lost (its end deletes the key).
+    async fn leave(&self, node: Option<Arc<NodeLease>>) {
         self.cap.send_replace(0);
+        let Some(node) = node.filter(|node| !node.is_lost()) else {
+            return;
+        };
         let shared = self.store.shared();
-        let delete = Txn::new().and_then([TxnOp::delete(self.host_key.as_str(), None)]);
-        let until = tokio::time::Instant::now() + shared.write.attempt_timeout * 3;
-        let _ = write::send(
+        let delete = Delete::holding(self.host_key.as_str(), self.host_value.as_str());
+        let until = Instant::now().checked_add(shared.write.attempt_timeout.saturating_mul(3));
+        let written = write::send(
             &shared.connection,
             &shared.write,
             "host key",
-            &delete,
+            &delete.txn(),
             None,
-            || tokio::time::Instant::now() < until,
+            || !node.is_lost() && until.is_none_or(|until| Instant::now() < until),
             &shared.shutdown,
         )
         .await;
+        match written {
+            Written::Replied(_) => {
+                tracing::debug!(key = %self.host_key, "session host key deleted");
+            }
+            Written::Failed(error)
+            | Written::Unknown(error)
+            | Written::Resolved { unknown: error, .. } => {
+                tracing::warn!(key = %self.host_key, %error, "session host key delete deferred to the background");
+                shared.delete_in_background(vec![delete], node);
+            }
+        }
     }
 }
 
@@ -527,34 +608,41 @@ fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
     shares
 }
 
-/// What a host's key holds: its maximum and its node's name.
+/// What a host's key holds: its maximum, the host's nonce (which makes the value unique to
+/// the host, for the leave's guarded delete) and its node's name.
 struct HostValue {
     max: Option<usize>,
+    nonce: Uuid,
     node: String,
 }
 
 impl HostValue {
     const PREFIX: &'static str = "leasehold-host/1";
 
-    /// `leasehold-host/1 {max or -} {node}`.
+    /// `leasehold-host/1 {max or -} {nonce} {node}`. (Hosts that wrote no nonce read the
+    /// nonce as part of the node's name, which only names the host.)
     fn encode(&self) -> String {
         let max = self
             .max
             .map_or_else(|| "-".to_owned(), |max| max.to_string());
-        format!("{} {max} {}", Self::PREFIX, self.node)
+        format!("{} {max} {} {}", Self::PREFIX, self.nonce, self.node)
     }
 
     /// Anything unreadable counts as a host without a maximum.
     fn decode(value: &[u8]) -> Self {
         let text = String::from_utf8_lossy(value);
-        let mut parts = text.splitn(3, ' ');
+        let mut parts = text.splitn(4, ' ');
         let known = parts.next() == Some(Self::PREFIX);
         let max = parts
             .next()
             .filter(|_| known)
             .and_then(|max| max.parse().ok());
+        let nonce = parts
+            .next()
+            .and_then(|nonce| nonce.parse().ok())
+            .unwrap_or_default();
         let node = parts.next().unwrap_or_default().to_owned();
-        Self { max, node }
+        Self { max, nonce, node }
     }
 }
 
@@ -731,13 +819,18 @@ mod tests {
     #[test]
     fn host_values_round_trip_and_garbage_has_no_maximum() {
         for max in [None, Some(0), Some(12)] {
+            let nonce = uuid::Uuid::new_v4();
             let value = HostValue {
                 max,
+                nonce,
                 node: "node a".into(),
             }
             .encode();
             let decoded = HostValue::decode(value.as_bytes());
-            assert_eq!((decoded.max, decoded.node.as_str()), (max, "node a"));
+            assert_eq!(
+                (decoded.max, decoded.nonce, decoded.node.as_str()),
+                (max, nonce, "node a")
+            );
         }
         assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
         assert_eq!(HostValue::decode(b"").max, None);
