@@ -17,6 +17,20 @@
 //! So no session stays on a state no event will change: a broken journal is given up and
 //! opened again under a new lease, by this host or another.
 //!
+//! # A session that cannot be opened
+//!
+//! When the rig cannot be opened (its workspace root is held, or the journal cannot be fenced:
+//! a tip behind its last record, a tip that does not decode, a sequence at its end), the lease
+//! is released and the session is tried again after a pause: [`HostOptions::retry_pause`] at
+//! first, doubling with each failure in a row, jittered (up to as much again), capped at
+//! [`HostOptions::max_retry_pause`], and back to the start once it opens. At the third
+//! failure in a row the session is *quarantined*: a [`HostEvent::Quarantined`], a WARN line
+//! naming the session and the failure, and the store's `leasehold_sessions_quarantined` gauge
+//! (see [`metrics`](crate::metrics)) until it opens or is no longer hosted here. So a journal
+//! that no owner can open costs the cluster a few acquisitions a minute, not two a second
+//! (each with its writes, and a release that wakes the other hosts); `leasehold check` names
+//! what is wrong with it.
+//!
 //! # Balance
 //!
 //! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, holding its
@@ -71,6 +85,7 @@ use uuid::Uuid;
 
 use crate::keys::prefix_end;
 use crate::lease::{Epoch, LossReason, NodeLease};
+use crate::metrics::Metrics;
 use crate::rig::{Rig, RigError};
 use crate::store::{Delete, Store};
 use crate::write::{self, Written};
@@ -92,8 +107,12 @@ pub struct HostOptions {
     /// aborted. Default 5 s.
     pub stop_grace: Duration,
     /// The pause after a session could not be opened (e.g. its workspace root is held), before
-    /// it is tried again. Default 500 ms.
+    /// it is tried again. It doubles, with jitter, with each failure in a row, up to
+    /// [`max_retry_pause`](Self::max_retry_pause). Default 500 ms.
     pub retry_pause: Duration,
+    /// The longest pause between two attempts to open a session that keeps failing (before
+    /// jitter, which adds up to as much again). Default 60 s.
+    pub max_retry_pause: Duration,
     workspace: WorkspaceOf,
 }
 
@@ -103,6 +122,7 @@ impl std::fmt::Debug for HostOptions {
             .field("max_sessions", &self.max_sessions)
             .field("stop_grace", &self.stop_grace)
             .field("retry_pause", &self.retry_pause)
+            .field("max_retry_pause", &self.max_retry_pause)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +133,7 @@ impl Default for HostOptions {
             max_sessions: None,
             stop_grace: Duration::from_secs(5),
             retry_pause: Duration::from_millis(500),
+            max_retry_pause: Duration::from_secs(60),
             workspace: Arc::new(|session| format!("ws-{session}")),
         }
     }
@@ -134,6 +155,12 @@ impl HostOptions {
     /// Sets the pause after a failed open.
     pub fn with_retry_pause(mut self, pause: Duration) -> Self {
         self.retry_pause = pause;
+        self
+    }
+
+    /// Sets the longest pause between attempts to open a session that keeps failing.
+    pub fn with_max_retry_pause(mut self, pause: Duration) -> Self {
+        self.max_retry_pause = pause;
         self
     }
 
@@ -199,15 +226,35 @@ pub enum HostEvent {
         /// The shutdown's outcome.
         result: Result<(), Arc<RigError>>,
     },
-    /// The session was acquired but its rig could not be opened; it is tried again after
-    /// [`HostOptions::retry_pause`].
+    /// The session was acquired but its rig could not be opened; it is tried again after a
+    /// pause (see [`HostOptions::retry_pause`]).
     OpenFailed {
         /// The session.
         session: Uuid,
         /// Why.
         error: Arc<RigError>,
     },
+    /// The session failed to open 3 times in a row (reported then, and at each failure after
+    /// that, after its [`OpenFailed`](Self::OpenFailed)): it is quarantined, tried again only
+    /// after pauses that keep doubling up to [`HostOptions::max_retry_pause`] (e.g. its
+    /// journal's tip is behind its last record, or does not decode: see `leasehold check`).
+    /// It stays quarantined until it opens again ([`Acquired`](Self::Acquired)) or the host
+    /// stops hosting it.
+    Quarantined {
+        /// The session.
+        session: Uuid,
+        /// The failed opens in a row.
+        failures: u32,
+        /// The pause before the next attempt.
+        retry_in: Duration,
+        /// The last failure.
+        error: Arc<RigError>,
+    },
 }
+
+/// After this many failed opens in a row, a session is quarantined (see
+/// [`HostEvent::Quarantined`]).
+const QUARANTINE_AFTER: u32 = 3;
 
 /// Keeps sessions owned and worked on; see the [module docs](self).
 ///
@@ -651,6 +698,7 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
     let standby = inner.store.standby(session);
     let mut freed = inner.freed.subscribe();
     let mut cap = inner.cap.subscribe();
+    let mut failures = OpenFailures::new(&inner.options, inner.store.shared().metrics.clone());
     loop {
         // --- 1. a free slot
         loop {
@@ -705,21 +753,107 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
         // --- 3. and 4. open, work, give up in order
         let workspace = (inner.options.workspace)(session);
         match Rig::with_lease(&inner.store, lease, &workspace).await {
-            Ok(rig) => run(&inner, Arc::new(rig), &stop).await,
+            Ok(rig) => {
+                if failures.opened() {
+                    tracing::info!(%session, "quarantined session opened again");
+                }
+                run(&inner, Arc::new(rig), &stop).await;
+            }
             Err(error) => {
+                let error = Arc::new(error);
                 inner.emit(HostEvent::OpenFailed {
                     session,
-                    error: Arc::new(error),
+                    error: error.clone(),
                 });
+                let (pause, quarantined) = failures.failed();
+                if quarantined {
+                    let (failures, why) = (failures.count, crate::error::chain(&*error));
+                    tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
+                    inner.emit(HostEvent::Quarantined {
+                        session,
+                        failures,
+                        retry_in: pause,
+                        error,
+                    });
+                } else {
+                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::error::chain(&*error), "session failed to open");
+                }
                 inner.unreserve();
                 tokio::select! {
-                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                    _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => return,
                 }
                 continue;
             }
         }
         inner.unreserve();
+    }
+}
+
+/// A session's failed opens in a row, the pause before its next attempt (exponential from
+/// [`HostOptions::retry_pause`], jittered, capped at [`HostOptions::max_retry_pause`]) and its
+/// quarantine, which the store's metrics count while it lasts.
+struct OpenFailures {
+    count: u32,
+    backoff: backon::ExponentialBackoff,
+    first: Duration,
+    max: Duration,
+    metrics: Metrics,
+    quarantined: bool,
+}
+
+impl OpenFailures {
+    fn new(options: &HostOptions, metrics: Metrics) -> Self {
+        let (first, max) = (options.retry_pause, options.max_retry_pause);
+        Self {
+            count: 0,
+            backoff: Self::backoff(first, max),
+            first,
+            max,
+            metrics,
+            quarantined: false,
+        }
+    }
+
+    fn backoff(first: Duration, max: Duration) -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(first)
+            .with_max_delay(max.max(first))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    /// One more failure: the pause before the next attempt, and whether the session was
+    /// quarantined now or is still (a warning each time).
+    fn failed(&mut self) -> (Duration, bool) {
+        self.count = self.count.saturating_add(1);
+        let pause = self.backoff.next().unwrap_or(self.max);
+        if self.count >= QUARANTINE_AFTER && !self.quarantined {
+            self.quarantined = true;
+            self.metrics.quarantined(1.0);
+        }
+        (pause, self.quarantined)
+    }
+
+    /// The session opened: the count starts over. True if it was quarantined.
+    fn opened(&mut self) -> bool {
+        self.count = 0;
+        self.backoff = Self::backoff(self.first, self.max);
+        std::mem::take(&mut self.quarantined) && {
+            self.metrics.quarantined(-1.0);
+            true
+        }
+    }
+}
+
+impl Drop for OpenFailures {
+    /// The session is no longer hosted here: no longer quarantined here either.
+    fn drop(&mut self) {
+        if self.quarantined {
+            self.metrics.quarantined(-1.0);
+        }
     }
 }
 
@@ -761,7 +895,51 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::{HostValue, shares};
+    use std::time::Duration;
+
+    use super::{HostOptions, HostValue, OpenFailures, shares};
+    use crate::keys::Namespace;
+    use crate::metrics::Metrics;
+
+    fn failures(first: Duration, max: Duration) -> OpenFailures {
+        let options = HostOptions::default()
+            .with_retry_pause(first)
+            .with_max_retry_pause(max);
+        OpenFailures::new(&options, Metrics::new("n", &Namespace::new("ns").unwrap()))
+    }
+
+    #[test]
+    fn failed_opens_back_off_to_the_cap_and_quarantine_from_the_third() {
+        let (first, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let mut open = failures(first, max);
+        let mut nominal = first;
+        for failure in 1..=12 {
+            let (pause, quarantined) = open.failed();
+            assert!(
+                nominal <= pause && pause < nominal * 2,
+                "failure {failure}: {pause:?}, nominal {nominal:?}"
+            );
+            assert_eq!(quarantined, failure >= 3, "failure {failure}");
+            nominal = (nominal * 2).min(max);
+        }
+        assert!(open.opened(), "it was quarantined");
+        assert!(!open.opened());
+        let (pause, quarantined) = open.failed();
+        assert!(pause < first * 2 && !quarantined, "it starts over");
+    }
+
+    #[test]
+    fn huge_retry_pauses_saturate() {
+        let mut open = failures(Duration::MAX, Duration::MAX);
+        for _ in 0..5 {
+            assert_eq!(open.failed().0, Duration::MAX);
+        }
+        let mut open = failures(Duration::from_secs(1), Duration::ZERO);
+        assert!(
+            open.failed().0 >= Duration::from_secs(1),
+            "the cap is at least the first"
+        );
+    }
 
     #[test]
     fn shares_add_up_and_differ_by_at_most_one() {
