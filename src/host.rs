@@ -88,7 +88,7 @@ use crate::lease::{Epoch, LossReason, NodeLease};
 use crate::metrics::Metrics;
 use crate::rig::{Rig, RigError};
 use crate::store::{Delete, Store};
-use crate::write::{self, Written};
+use crate::write::{self, WritePolicy, Written};
 
 /// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
 /// on its own, which gives the session up).
@@ -411,13 +411,7 @@ impl SessionHost {
     /// key is attached to is gone (which deletes the key too).
     pub async fn shutdown(&self) {
         self.inner.leaving.cancel();
-        let bound = self
-            .inner
-            .store
-            .shared()
-            .write
-            .attempt_timeout
-            .saturating_mul(3);
+        let bound = leave_bound(&self.inner.store.shared().write);
         let _ = tokio::time::timeout(bound, self.inner.left.cancelled()).await;
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
@@ -595,7 +589,7 @@ impl Inner {
         };
         let shared = self.store.shared();
         let delete = Delete::holding(self.host_key.as_str(), self.host_value.as_str());
-        let until = Instant::now().checked_add(shared.write.attempt_timeout.saturating_mul(3));
+        let until = Instant::now().checked_add(leave_bound(&shared.write));
         let written = write::send(
             &shared.connection,
             &shared.write,
@@ -618,6 +612,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// How long a leave's delete is tried in the foreground: three write attempts (saturating: a
+/// huge attempt timeout means no bound).
+fn leave_bound(policy: &WritePolicy) -> Duration {
+    policy.attempt_timeout.saturating_mul(3)
 }
 
 /// The shares of `wanted` sessions among hosts (in key order) with these maxima: as even as
@@ -897,7 +897,8 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
 mod tests {
     use std::time::Duration;
 
-    use super::{HostOptions, HostValue, OpenFailures, shares};
+    use super::{HostOptions, HostValue, OpenFailures, leave_bound, shares};
+    use crate::WritePolicy;
     use crate::keys::Namespace;
     use crate::metrics::Metrics;
 
@@ -926,6 +927,19 @@ mod tests {
         assert!(!open.opened());
         let (pause, quarantined) = open.failed();
         assert!(pause < first * 2 && !quarantined, "it starts over");
+    }
+
+    #[test]
+    fn a_huge_attempt_timeout_leaves_without_a_bound_and_without_overflow() {
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::MAX);
+        assert_eq!(leave_bound(&policy), Duration::MAX);
+        assert!(
+            tokio::time::Instant::now()
+                .checked_add(leave_bound(&policy))
+                .is_none()
+        );
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::from_secs(1));
+        assert_eq!(leave_bound(&policy), Duration::from_secs(3));
     }
 
     #[test]
