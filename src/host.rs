@@ -841,10 +841,11 @@ impl OpenFailures {
     fn opened(&mut self) -> bool {
         self.count = 0;
         self.backoff = Self::backoff(self.first, self.max);
-        std::mem::take(&mut self.quarantined) && {
+        let quarantined = std::mem::take(&mut self.quarantined);
+        if quarantined {
             self.metrics.quarantined(-1.0);
-            true
         }
+        quarantined
     }
 }
 
