@@ -17,6 +17,20 @@
 //! So no session stays on a state no event will change: a broken journal is given up and
 //! opened again under a new lease, by this host or another.
 //!
+//! # A session that cannot be opened
+//!
+//! When the rig cannot be opened (its workspace root is held, or the journal cannot be fenced:
+//! a tip behind its last record, a tip that does not decode, a sequence at its end), the lease
+//! is released and the session is tried again after a pause: [`HostOptions::retry_pause`] at
+//! first, doubling with each failure in a row, jittered (up to as much again), capped at
+//! [`HostOptions::max_retry_pause`], and back to the start once it opens. At the third
+//! failure in a row the session is *quarantined*: a [`HostEvent::Quarantined`], a WARN line
+//! naming the session and the failure, and the store's `leasehold_sessions_quarantined` gauge
+//! (see [`metrics`](crate::metrics)) until it opens or is no longer hosted here. So a journal
+//! that no owner can open costs the cluster a few acquisitions a minute, not two a second
+//! (each with its writes, and a release that wakes the other hosts); `leasehold check` names
+//! what is wrong with it.
+//!
 //! # Balance
 //!
 //! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, holding its
@@ -31,6 +45,27 @@
 //! its share does not take a session that another host just shed. A session freed while a
 //! host is full makes it list the hosts again at once.
 //!
+//! # Leaving
+//!
+//! A host leaves when it is shut down or dropped (its store may live on: the key would
+//! otherwise outlive the host with the node lease, and its share would never be owned). One
+//! task, the balance loop, both writes the key and deletes it, one after the other:
+//!
+//! - the put is `put({ns}/hosts/{store}, value, lease = node lease)`, the value carrying a
+//!   nonce of this host. It is re-sent until a reply settles it, the node lease stops being
+//!   valid (the key then goes with the lease) or the store closes (which revokes the lease);
+//!   the host's leaving does not cut it short, so no put is still on its way when the delete
+//!   is sent;
+//! - the delete is `if value(key) == this host's value then delete(key)`, tried for three
+//!   write attempts ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout));
+//!   one not confirmed by then is handed to the store's background deletes, which re-send it
+//!   until it is confirmed, the node lease is lost (its end deletes the key) or the store
+//!   closes.
+//!
+//! [`shutdown`](SessionHost::shutdown) waits for the delete (at most those three attempts)
+//! before it shuts the sessions down; dropping the host signals the same and waits for
+//! nothing.
+//!
 //! [`Journal::broken`]: crate::Journal::broken
 
 use std::collections::HashMap;
@@ -43,15 +78,17 @@ use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::keys::prefix_end;
-use crate::lease::{Epoch, LossReason};
+use crate::lease::{Epoch, LossReason, NodeLease};
+use crate::metrics::Metrics;
 use crate::rig::{Rig, RigError};
-use crate::store::Store;
-use crate::write::{self, Written};
+use crate::store::{Delete, Store};
+use crate::write::{self, WritePolicy, Written};
 
 /// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
 /// on its own, which gives the session up).
@@ -70,8 +107,12 @@ pub struct HostOptions {
     /// aborted. Default 5 s.
     pub stop_grace: Duration,
     /// The pause after a session could not be opened (e.g. its workspace root is held), before
-    /// it is tried again. Default 500 ms.
+    /// it is tried again. It doubles, with jitter, with each failure in a row, up to
+    /// [`max_retry_pause`](Self::max_retry_pause). Default 500 ms.
     pub retry_pause: Duration,
+    /// The longest pause between two attempts to open a session that keeps failing (before
+    /// jitter, which adds up to as much again). Default 60 s.
+    pub max_retry_pause: Duration,
     workspace: WorkspaceOf,
 }
 
@@ -81,6 +122,7 @@ impl std::fmt::Debug for HostOptions {
             .field("max_sessions", &self.max_sessions)
             .field("stop_grace", &self.stop_grace)
             .field("retry_pause", &self.retry_pause)
+            .field("max_retry_pause", &self.max_retry_pause)
             .finish_non_exhaustive()
     }
 }
@@ -91,6 +133,7 @@ impl Default for HostOptions {
             max_sessions: None,
             stop_grace: Duration::from_secs(5),
             retry_pause: Duration::from_millis(500),
+            max_retry_pause: Duration::from_secs(60),
             workspace: Arc::new(|session| format!("ws-{session}")),
         }
     }
@@ -112,6 +155,12 @@ impl HostOptions {
     /// Sets the pause after a failed open.
     pub fn with_retry_pause(mut self, pause: Duration) -> Self {
         self.retry_pause = pause;
+        self
+    }
+
+    /// Sets the longest pause between attempts to open a session that keeps failing.
+    pub fn with_max_retry_pause(mut self, pause: Duration) -> Self {
+        self.max_retry_pause = pause;
         self
     }
 
@@ -177,20 +226,40 @@ pub enum HostEvent {
         /// The shutdown's outcome.
         result: Result<(), Arc<RigError>>,
     },
-    /// The session was acquired but its rig could not be opened; it is tried again after
-    /// [`HostOptions::retry_pause`].
+    /// The session was acquired but its rig could not be opened; it is tried again after a
+    /// pause (see [`HostOptions::retry_pause`]).
     OpenFailed {
         /// The session.
         session: Uuid,
         /// Why.
         error: Arc<RigError>,
     },
+    /// The session failed to open 3 times in a row (reported then, and at each failure after
+    /// that, after its [`OpenFailed`](Self::OpenFailed)): it is quarantined, tried again only
+    /// after pauses that keep doubling up to [`HostOptions::max_retry_pause`] (e.g. its
+    /// journal's tip is behind its last record, or does not decode: see `leasehold check`).
+    /// It stays quarantined until it opens again ([`Acquired`](Self::Acquired)) or the host
+    /// stops hosting it.
+    Quarantined {
+        /// The session.
+        session: Uuid,
+        /// The failed opens in a row.
+        failures: u32,
+        /// The pause before the next attempt.
+        retry_in: Duration,
+        /// The last failure.
+        error: Arc<RigError>,
+    },
 }
+
+/// After this many failed opens in a row, a session is quarantined (see
+/// [`HostEvent::Quarantined`]).
+const QUARANTINE_AFTER: u32 = 3;
 
 /// Keeps sessions owned and worked on; see the [module docs](self).
 ///
-/// Dropping the host stops its tasks in the background (each session shut down in order);
-/// [`shutdown`](Self::shutdown) does the same and waits for it.
+/// Dropping the host stops its tasks in the background (its key deleted, each session shut
+/// down in order); [`shutdown`](Self::shutdown) does the same and waits for it.
 pub struct SessionHost {
     inner: Arc<Inner>,
 }
@@ -224,8 +293,15 @@ struct Inner {
     recount: Notify,
     events: broadcast::Sender<HostEvent>,
     host_key: String,
-    /// Cancelled when the host starts leaving: the balance loop stops.
+    /// What this host writes into its key: unique to this host (it carries a nonce), so the
+    /// leave's delete, guarded by it, deletes this host's registration and no other.
+    host_value: String,
+    /// Cancelled when the host starts leaving: the balance loop registers no more and deletes
+    /// the host's key.
     leaving: CancellationToken,
+    /// Cancelled once the balance loop has left: the key's delete is confirmed, or it goes on
+    /// in the background.
+    left: CancellationToken,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -249,6 +325,12 @@ impl SessionHost {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let host_key = store.namespace().host_key(store.shared().id);
+        let host_value = HostValue {
+            max: options.max_sessions,
+            nonce: Uuid::new_v4(),
+            node: store.node().to_owned(),
+        }
+        .encode();
         let inner = Arc::new(Inner {
             store,
             options,
@@ -262,7 +344,9 @@ impl SessionHost {
             recount: Notify::new(),
             events: broadcast::Sender::new(1024),
             host_key,
+            host_value,
             leaving: CancellationToken::new(),
+            left: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -320,11 +404,15 @@ impl SessionHost {
 
     /// Stops hosting: the host's key is deleted (so others take its share at once), then every
     /// owned session is shut down in order. Idempotent.
+    ///
+    /// The delete is waited for at most three write attempts
+    /// ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout)); one not
+    /// confirmed by then goes on in the background until it is, or until the node lease the
+    /// key is attached to is gone (which deletes the key too).
     pub async fn shutdown(&self) {
-        if !self.inner.leaving.is_cancelled() {
-            self.inner.leaving.cancel();
-            self.inner.leave().await;
-        }
+        self.inner.leaving.cancel();
+        let bound = leave_bound(&self.inner.store.shared().write);
+        let _ = tokio::time::timeout(bound, self.inner.left.cancelled()).await;
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
@@ -332,6 +420,8 @@ impl SessionHost {
 }
 
 impl Drop for SessionHost {
+    /// Signals only: the balance task deletes the host's key (in the background if it must),
+    /// and every session task shuts its session down in order.
     fn drop(&mut self) {
         self.inner.leaving.cancel();
         self.inner.shutdown.cancel();
@@ -359,19 +449,17 @@ impl Inner {
         self.freed.send_replace(());
     }
 
-    /// Writes this host's key, attached to the current node lease.
-    async fn register(&self) -> bool {
+    /// Writes this host's key, attached to the current node lease (returned, with whether a
+    /// reply confirmed the put). Not stopped by the host's leaving: it is re-sent until a reply
+    /// settles it, the node lease stops being valid (then it is lost, and the key with it), or
+    /// the store closes (which revokes the node lease), so no send of it is still on its way
+    /// when the leave's delete goes out.
+    async fn register(&self) -> Option<(Arc<NodeLease>, bool)> {
         let shared = self.store.shared();
-        let Some(node) = shared.current_node().filter(|node| node.is_valid()) else {
-            return false;
-        };
-        let value = HostValue {
-            max: self.options.max_sessions,
-            node: self.store.node().to_owned(),
-        };
+        let node = shared.current_node().filter(|node| node.is_valid())?;
         let txn = Txn::new().and_then([TxnOp::put(
             self.host_key.as_str(),
-            value.encode(),
+            self.host_value.as_str(),
             Some(PutOptions::new().with_lease(node.id)),
         )]);
         let written = write::send(
@@ -381,10 +469,11 @@ impl Inner {
             &txn,
             None,
             || node.is_valid(),
-            &self.shutdown,
+            &shared.shutdown,
         )
         .await;
-        matches!(written, Written::Replied(_))
+        let replied = matches!(written, Written::Replied(_));
+        Some((node, replied))
     }
 
     /// The live hosts, sorted by key, at one revision: each key and its maximum.
@@ -400,6 +489,7 @@ impl Inner {
             });
         let response = tokio::select! {
             response = read => response.ok()?,
+            _ = self.leaving.cancelled() => return None,
             _ = self.shutdown.cancelled() => return None,
         };
         Some(
@@ -421,15 +511,28 @@ impl Inner {
     }
 }
 
-/// Keeps this host's key alive and its cap current; sheds what is over the cap. Ends when the
-/// host starts leaving.
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. When the host
+/// starts leaving, deletes the host's key and ends. Registering and leaving are done here
+/// alone, one after the other, so the delete always comes after the last put.
 async fn balance(inner: Arc<Inner>) {
     let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
     let mut registered_on = None;
+    // The node lease of the last put sent: the key, if it exists, is attached to it.
+    let mut written_on: Option<Arc<NodeLease>> = None;
     loop {
         let node = inner.store.node_lease_id();
-        if node.is_some() && registered_on != node && inner.register().await {
-            registered_on = node;
+        if node.is_some()
+            && registered_on != node
+            && !inner.leaving.is_cancelled()
+            && let Some((lease, replied)) = inner.register().await
+        {
+            if replied {
+                registered_on = Some(lease.id);
+            }
+            written_on = Some(lease);
+        }
+        if inner.leaving.is_cancelled() {
+            break;
         }
         if let Some(mut hosts) = inner.live_hosts().await {
             let wanted = lock(&inner.wanted).len();
@@ -466,30 +569,55 @@ async fn balance(inner: Arc<Inner>) {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
             _ = inner.recount.notified() => {}
-            _ = inner.leaving.cancelled() => return,
+            _ = inner.leaving.cancelled() => break,
+        }
+    }
+    inner.leave(written_on).await;
+    inner.left.cancel();
+}
+
+impl Inner {
+    /// Hands this host's share over: takes no more sessions and deletes the host's key (put
+    /// last on `node`), so the other hosts' shares grow. The delete is guarded by this host's
+    /// value and tried for at most three write attempts here; one not confirmed by then is
+    /// handed to the store's background deletes, which re-send it until it is confirmed or
+    /// `node` is lost (its end deletes the key).
+    async fn leave(&self, node: Option<Arc<NodeLease>>) {
+        self.cap.send_replace(0);
+        let Some(node) = node.filter(|node| !node.is_lost()) else {
+            return;
+        };
+        let shared = self.store.shared();
+        let delete = Delete::holding(self.host_key.as_str(), self.host_value.as_str());
+        let until = Instant::now().checked_add(leave_bound(&shared.write));
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "host key",
+            &delete.txn(),
+            None,
+            || !node.is_lost() && until.is_none_or(|until| Instant::now() < until),
+            &shared.shutdown,
+        )
+        .await;
+        match written {
+            Written::Replied(_) => {
+                tracing::debug!(key = %self.host_key, "session host key deleted");
+            }
+            Written::Failed(error)
+            | Written::Unknown(error)
+            | Written::Resolved { unknown: error, .. } => {
+                tracing::warn!(key = %self.host_key, %error, "session host key delete deferred to the background");
+                shared.delete_in_background(vec![delete], node);
+            }
         }
     }
 }
 
-impl Inner {
-    /// Hands this host's share over: takes no more sessions and deletes the host's key, so
-    /// the other hosts' shares grow before this host's sessions are released.
-    async fn leave(&self) {
-        self.cap.send_replace(0);
-        let shared = self.store.shared();
-        let delete = Txn::new().and_then([TxnOp::delete(self.host_key.as_str(), None)]);
-        let until = tokio::time::Instant::now() + shared.write.attempt_timeout * 3;
-        let _ = write::send(
-            &shared.connection,
-            &shared.write,
-            "host key",
-            &delete,
-            None,
-            || tokio::time::Instant::now() < until,
-            &shared.shutdown,
-        )
-        .await;
-    }
+/// How long a leave's delete is tried in the foreground: three write attempts (saturating: a
+/// huge attempt timeout means no bound).
+fn leave_bound(policy: &WritePolicy) -> Duration {
+    policy.attempt_timeout.saturating_mul(3)
 }
 
 /// The shares of `wanted` sessions among hosts (in key order) with these maxima: as even as
@@ -527,34 +655,41 @@ fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
     shares
 }
 
-/// What a host's key holds: its maximum and its node's name.
+/// What a host's key holds: its maximum, the host's nonce (which makes the value unique to
+/// the host, for the leave's guarded delete) and its node's name.
 struct HostValue {
     max: Option<usize>,
+    nonce: Uuid,
     node: String,
 }
 
 impl HostValue {
     const PREFIX: &'static str = "leasehold-host/1";
 
-    /// `leasehold-host/1 {max or -} {node}`.
+    /// `leasehold-host/1 {max or -} {nonce} {node}`. (Hosts that wrote no nonce read the
+    /// nonce as part of the node's name, which only names the host.)
     fn encode(&self) -> String {
         let max = self
             .max
             .map_or_else(|| "-".to_owned(), |max| max.to_string());
-        format!("{} {max} {}", Self::PREFIX, self.node)
+        format!("{} {max} {} {}", Self::PREFIX, self.nonce, self.node)
     }
 
     /// Anything unreadable counts as a host without a maximum.
     fn decode(value: &[u8]) -> Self {
         let text = String::from_utf8_lossy(value);
-        let mut parts = text.splitn(3, ' ');
+        let mut parts = text.splitn(4, ' ');
         let known = parts.next() == Some(Self::PREFIX);
         let max = parts
             .next()
             .filter(|_| known)
             .and_then(|max| max.parse().ok());
+        let nonce = parts
+            .next()
+            .and_then(|nonce| nonce.parse().ok())
+            .unwrap_or_default();
         let node = parts.next().unwrap_or_default().to_owned();
-        Self { max, node }
+        Self { max, nonce, node }
     }
 }
 
@@ -563,6 +698,7 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
     let standby = inner.store.standby(session);
     let mut freed = inner.freed.subscribe();
     let mut cap = inner.cap.subscribe();
+    let mut failures = OpenFailures::new(&inner.options, inner.store.shared().metrics.clone());
     loop {
         // --- 1. a free slot
         loop {
@@ -617,21 +753,108 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
         // --- 3. and 4. open, work, give up in order
         let workspace = (inner.options.workspace)(session);
         match Rig::with_lease(&inner.store, lease, &workspace).await {
-            Ok(rig) => run(&inner, Arc::new(rig), &stop).await,
+            Ok(rig) => {
+                if failures.opened() {
+                    tracing::info!(%session, "quarantined session opened again");
+                }
+                run(&inner, Arc::new(rig), &stop).await;
+            }
             Err(error) => {
+                let error = Arc::new(error);
                 inner.emit(HostEvent::OpenFailed {
                     session,
-                    error: Arc::new(error),
+                    error: error.clone(),
                 });
+                let (pause, quarantined) = failures.failed();
+                if quarantined {
+                    let (failures, why) = (failures.count, crate::error::chain(&*error));
+                    tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
+                    inner.emit(HostEvent::Quarantined {
+                        session,
+                        failures,
+                        retry_in: pause,
+                        error,
+                    });
+                } else {
+                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::error::chain(&*error), "session failed to open");
+                }
                 inner.unreserve();
                 tokio::select! {
-                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                    _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => return,
                 }
                 continue;
             }
         }
         inner.unreserve();
+    }
+}
+
+/// A session's failed opens in a row, the pause before its next attempt (exponential from
+/// [`HostOptions::retry_pause`], jittered, capped at [`HostOptions::max_retry_pause`]) and its
+/// quarantine, which the store's metrics count while it lasts.
+struct OpenFailures {
+    count: u32,
+    backoff: backon::ExponentialBackoff,
+    first: Duration,
+    max: Duration,
+    metrics: Metrics,
+    quarantined: bool,
+}
+
+impl OpenFailures {
+    fn new(options: &HostOptions, metrics: Metrics) -> Self {
+        let (first, max) = (options.retry_pause, options.max_retry_pause);
+        Self {
+            count: 0,
+            backoff: Self::backoff(first, max),
+            first,
+            max,
+            metrics,
+            quarantined: false,
+        }
+    }
+
+    fn backoff(first: Duration, max: Duration) -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(first)
+            .with_max_delay(max.max(first))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    /// One more failure: the pause before the next attempt, and whether the session was
+    /// quarantined now or is still (a warning each time).
+    fn failed(&mut self) -> (Duration, bool) {
+        self.count = self.count.saturating_add(1);
+        let pause = self.backoff.next().unwrap_or(self.max);
+        if self.count >= QUARANTINE_AFTER && !self.quarantined {
+            self.quarantined = true;
+            self.metrics.quarantined(1.0);
+        }
+        (pause, self.quarantined)
+    }
+
+    /// The session opened: the count starts over. True if it was quarantined.
+    fn opened(&mut self) -> bool {
+        self.count = 0;
+        self.backoff = Self::backoff(self.first, self.max);
+        let quarantined = std::mem::take(&mut self.quarantined);
+        if quarantined {
+            self.metrics.quarantined(-1.0);
+        }
+        quarantined
+    }
+}
+
+impl Drop for OpenFailures {
+    /// The session is no longer hosted here: no longer quarantined here either.
+    fn drop(&mut self) {
+        if self.quarantined {
+            self.metrics.quarantined(-1.0);
+        }
     }
 }
 
@@ -673,7 +896,65 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::{HostValue, shares};
+    use std::time::Duration;
+
+    use super::{HostOptions, HostValue, OpenFailures, leave_bound, shares};
+    use crate::WritePolicy;
+    use crate::keys::Namespace;
+    use crate::metrics::Metrics;
+
+    fn failures(first: Duration, max: Duration) -> OpenFailures {
+        let options = HostOptions::default()
+            .with_retry_pause(first)
+            .with_max_retry_pause(max);
+        OpenFailures::new(&options, Metrics::new("n", &Namespace::new("ns").unwrap()))
+    }
+
+    #[test]
+    fn failed_opens_back_off_to_the_cap_and_quarantine_from_the_third() {
+        let (first, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let mut open = failures(first, max);
+        let mut nominal = first;
+        for failure in 1..=12 {
+            let (pause, quarantined) = open.failed();
+            assert!(
+                nominal <= pause && pause < nominal * 2,
+                "failure {failure}: {pause:?}, nominal {nominal:?}"
+            );
+            assert_eq!(quarantined, failure >= 3, "failure {failure}");
+            nominal = (nominal * 2).min(max);
+        }
+        assert!(open.opened(), "it was quarantined");
+        assert!(!open.opened());
+        let (pause, quarantined) = open.failed();
+        assert!(pause < first * 2 && !quarantined, "it starts over");
+    }
+
+    #[test]
+    fn a_huge_attempt_timeout_leaves_without_a_bound_and_without_overflow() {
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::MAX);
+        assert_eq!(leave_bound(&policy), Duration::MAX);
+        assert!(
+            tokio::time::Instant::now()
+                .checked_add(leave_bound(&policy))
+                .is_none()
+        );
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::from_secs(1));
+        assert_eq!(leave_bound(&policy), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn huge_retry_pauses_saturate() {
+        let mut open = failures(Duration::MAX, Duration::MAX);
+        for _ in 0..5 {
+            assert_eq!(open.failed().0, Duration::MAX);
+        }
+        let mut open = failures(Duration::from_secs(1), Duration::ZERO);
+        assert!(
+            open.failed().0 >= Duration::from_secs(1),
+            "the cap is at least the first"
+        );
+    }
 
     #[test]
     fn shares_add_up_and_differ_by_at_most_one() {
@@ -731,13 +1012,18 @@ mod tests {
     #[test]
     fn host_values_round_trip_and_garbage_has_no_maximum() {
         for max in [None, Some(0), Some(12)] {
+            let nonce = uuid::Uuid::new_v4();
             let value = HostValue {
                 max,
+                nonce,
                 node: "node a".into(),
             }
             .encode();
             let decoded = HostValue::decode(value.as_bytes());
-            assert_eq!((decoded.max, decoded.node.as_str()), (max, "node a"));
+            assert_eq!(
+                (decoded.max, decoded.nonce, decoded.node.as_str()),
+                (max, nonce, "node a")
+            );
         }
         assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
         assert_eq!(HostValue::decode(b"").max, None);

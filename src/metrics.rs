@@ -18,6 +18,7 @@
 //! | `leasehold_append_batch_records` | histogram | | records per append transaction (group commit) |
 //! | `leasehold_append_txn_journals` | histogram | | journals per etcd transaction a store sends for appends (1: alone; more: shared across sessions), re-sends of the same transaction not counted |
 //! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
+//! | `leasehold_sessions_quarantined` | gauge | | sessions a `SessionHost` of the store keeps failing to open (quarantined: retried with backoff) |
 //!
 //! Each append call counts once, under one `outcome`:
 //!
@@ -49,6 +50,7 @@ const APPEND_SECONDS: &str = "leasehold_append_seconds";
 const APPEND_BATCH: &str = "leasehold_append_batch_records";
 const APPEND_TXN_JOURNALS: &str = "leasehold_append_txn_journals";
 const WATCH_RESTARTS: &str = "leasehold_watch_restarts_total";
+const SESSIONS_QUARANTINED: &str = "leasehold_sessions_quarantined";
 
 /// Gives every leasehold metric its unit and help text in the installed recorder.
 pub fn describe() {
@@ -82,6 +84,10 @@ pub fn describe() {
         "Journals per etcd transaction sent for appends (shared across sessions)"
     );
     describe_counter!(WATCH_RESTARTS, "Restarts of the node's owner watch");
+    describe_gauge!(
+        SESSIONS_QUARANTINED,
+        "Sessions a session host keeps failing to open, retried with backoff"
+    );
 }
 
 /// The labels of one store, and the recording of its metrics.
@@ -158,6 +164,11 @@ impl Metrics {
 
     pub(crate) fn watch_restart(&self) {
         counter!(WATCH_RESTARTS, self.labels()).increment(1);
+    }
+
+    /// A session entered quarantine (`1.0`) or left it (`-1.0`).
+    pub(crate) fn quarantined(&self, change: f64) {
+        gauge!(SESSIONS_QUARANTINED, self.labels()).increment(change);
     }
 }
 

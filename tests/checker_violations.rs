@@ -244,15 +244,29 @@ async fn each_broken_journal_is_reported_as_its_own_violation() {
         }]
     );
 
-    // --- a tip that does not name the last record
+    // --- a tip behind the last record: no owner can open the journal
     let raw = journal();
     let f = raw.fence(1, 10, None).await;
     raw.event(2, 10, Uuid::new_v4(), "x").await;
     raw.tip(1, 10, f).await;
     assert_eq!(
         violations(&raw, &AppendHistory::default()).await,
+        [Violation::TipBehind {
+            tip: (1, Epoch(10)),
+            last: (2, Epoch(10))
+        }]
+    );
+
+    // --- a tip that does not name the last record
+    let raw = journal();
+    raw.fence(1, 10, None).await;
+    let x = Uuid::new_v4();
+    raw.event(2, 10, x, "x").await;
+    raw.tip(3, 10, x).await;
+    assert_eq!(
+        violations(&raw, &AppendHistory::default()).await,
         [Violation::TipMismatch {
-            tip: Some((1, Epoch(10))),
+            tip: Some((3, Epoch(10))),
             last: Some((2, Epoch(10)))
         }]
     );

@@ -396,3 +396,42 @@ async fn an_unreachable_etcd_exits_3_within_the_connect_timeout() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_flags_a_tip_behind_its_last_record() {
+    let etcd = common::Etcd::start().await;
+    let endpoint = etcd.node.endpoint().to_owned();
+    let ns = &etcd.ns;
+    let store = etcd.store("node-a", 10).await;
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    let tip_key = ns.tip_key(session);
+    let raw = etcd.raw.clone();
+    let behind = raw.clone().get(tip_key.as_str(), None).await.unwrap().kvs()[0]
+        .value()
+        .to_vec();
+    journal.append("the last record").await.unwrap();
+    drop(journal);
+    lease.release().await.unwrap();
+    raw.clone().put(tip_key, behind, None).await.unwrap();
+
+    // --- check: exit 1, the journal's violation says its tip is behind, at the tip's seq
+    let (code, stdout, stderr) = run(&endpoint, ns, &["check", "--json"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    let checked: Value = serde_json::from_str(&stdout).unwrap();
+    let journal = &checked["journals"][0];
+    assert_eq!(journal["session"], session.to_string());
+    assert_eq!(journal["sound"], false);
+    let violations = journal["violations"].as_array().unwrap();
+    assert_eq!(violations.len(), 1, "{journal}");
+    assert_eq!(violations[0]["seq"], 1);
+    let message = violations[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("behind the last record") && message.contains("no owner can open"),
+        "{message}"
+    );
+    let (code, stdout, _) = run(&endpoint, ns, &["check", &session.to_string()]).await;
+    assert_eq!(code, 1);
+    assert!(stdout.contains("behind the last record"), "{stdout}");
+}

@@ -261,6 +261,17 @@ async fn print_events(
                 &name,
                 format_args!("open session={session} failed: {}", super::chain(&*error)),
             ),
+            Ok(HostEvent::Quarantined {
+                session,
+                failures,
+                retry_in,
+                ..
+            }) => timeline.say(
+                &name,
+                format_args!(
+                    "quarantined session={session} failures={failures} retry_in={retry_in:?}"
+                ),
+            ),
             Ok(_) => {}
             Err(RecvError::Lagged(missed)) => {
                 timeline.say(&name, format_args!("({missed} events not shown)"));

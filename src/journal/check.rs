@@ -4,7 +4,9 @@
 //! checks (the numbers are those of the safety invariants):
 //!
 //! 1. one chain: sequence numbers gapless from the base (and unique: one key per number), each
-//!    fence naming the record before it as its previous tip, the tip naming the last record;
+//!    fence naming the record before it as its previous tip, the tip naming the last record
+//!    (a tip behind it is told apart: no owner can open that journal, its next fence's record
+//!    key being taken);
 //! 2. no record of epoch e after a fence of epoch e' > e; stronger: every event carries the
 //!    epoch of the last fence before it (each writer fences before it writes);
 //! 3. fence epochs strictly increase, and record 1 is a fence.
@@ -86,7 +88,17 @@ pub enum Violation {
         /// The (seq, epoch) of the record before it.
         before: Option<(u64, Epoch)>,
     },
-    /// 1: the tip is not the last record (its seq, epoch and nonce).
+    /// 1: the tip names a record before the last one. The next fence goes to the record after
+    /// the tip, whose key exists already: no owner can open the journal (a
+    /// [`SessionHost`](crate::SessionHost) quarantines the session) until the tip is repaired.
+    TipBehind {
+        /// The tip's (seq, epoch).
+        tip: (u64, Epoch),
+        /// The last record's (seq, epoch).
+        last: (u64, Epoch),
+    },
+    /// 1: the tip is not the last record (its seq, epoch and nonce), other than by naming an
+    /// earlier one ([`TipBehind`](Self::TipBehind)).
     TipMismatch {
         /// The tip's (seq, epoch), `None` if absent or undecodable.
         tip: Option<(u64, Epoch)>,
@@ -168,6 +180,7 @@ impl Violation {
         match self {
             Violation::Gap { found, .. } => Some(*found),
             Violation::Fork { fence, .. } => Some(*fence),
+            Violation::TipBehind { tip: (seq, _), .. } => Some(*seq),
             Violation::TipMismatch { tip, .. } => tip.map(|(seq, _)| seq),
             Violation::StaleRecord { seq, .. }
             | Violation::Unfenced { seq, .. }
@@ -195,6 +208,11 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "invariant 1: fence {fence} names previous tip {names:?}, but the record before it is {before:?}"
+            ),
+            Violation::TipBehind { tip, last } => write!(
+                f,
+                "invariant 1: the tip {tip:?} is behind the last record {last:?}: no owner can open the journal (its fence would go to record {}, which exists)",
+                tip.0.saturating_add(1)
             ),
             Violation::TipMismatch { tip, last } => write!(
                 f,
@@ -344,7 +362,14 @@ impl Walker {
 
     /// The tip at the replay's revision must name the last record (seq, epoch and nonce).
     pub(crate) fn finish(&mut self, tip: Option<Tip>) {
-        if tip.map(|tip| (tip.seq, tip.epoch, tip.nonce)) != self.previous {
+        if let (Some(tip), Some((seq, epoch, _))) = (tip, self.previous)
+            && tip.seq < seq
+        {
+            self.violations.push(Violation::TipBehind {
+                tip: (tip.seq, tip.epoch),
+                last: (seq, epoch),
+            });
+        } else if tip.map(|tip| (tip.seq, tip.epoch, tip.nonce)) != self.previous {
             self.violations.push(Violation::TipMismatch {
                 tip: tip.map(|tip| (tip.seq, tip.epoch)),
                 last: self.previous.map(|(seq, epoch, _)| (seq, epoch)),
@@ -574,5 +599,41 @@ mod tests {
             walker.violations[..],
             [Violation::TipMismatch { tip: None, .. }]
         ));
+    }
+
+    #[test]
+    fn a_tip_behind_the_last_record_is_named_so() {
+        let tip = |seq, epoch| Tip {
+            seq,
+            epoch: Epoch(epoch),
+            nonce: Uuid::from_u64_pair(epoch, seq),
+        };
+        let walked = |tip| {
+            let mut walker = Walker::new(1);
+            walker.step(&fence(1, 10, None));
+            walker.step(&event(2, 10));
+            walker.finish(Some(tip));
+            walker.violations
+        };
+        assert_eq!(
+            walked(tip(1, 10)),
+            [Violation::TipBehind {
+                tip: (1, Epoch(10)),
+                last: (2, Epoch(10))
+            }]
+        );
+        assert_eq!(walked(tip(2, 10)), []);
+        // Ahead of the last record, or another record at its seq: a mismatch.
+        for ahead in [tip(3, 10), tip(2, 11)] {
+            assert!(
+                matches!(walked(ahead)[..], [Violation::TipMismatch { .. }]),
+                "{ahead:?}"
+            );
+        }
+        let message = walked(tip(1, 10))[0].to_string();
+        assert!(
+            message.contains("behind") && message.contains("record 2"),
+            "{message}"
+        );
     }
 }
