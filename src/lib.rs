@@ -71,6 +71,7 @@
 
 pub mod admin;
 mod connection;
+mod deadline;
 mod error;
 #[cfg(feature = "fault")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
