@@ -148,7 +148,8 @@ pub struct JournalLimits {
     pub max_request_bytes: usize,
     /// Kept free below `max_request_bytes` for etcd's own wrapping (at least 1 KiB).
     pub headroom: usize,
-    /// The most append transactions a store has in flight together (default 8, at least 1).
+    /// The most append transactions a store has in flight together (default 8, at least 1,
+    /// at most [`MAX_IN_FLIGHT`]).
     /// Appends of its journals that arrive while all are in flight wait, and the next free
     /// one takes them together, in one transaction (see the [module docs](self)).
     pub in_flight: usize,
@@ -156,6 +157,10 @@ pub struct JournalLimits {
 
 /// The smallest `--max-txn-ops` an append fits in: its three compares.
 pub const MIN_TXN_OPS: usize = 3;
+
+/// The largest `in_flight` a store takes: as many transactions as a semaphore counts
+/// (`usize::MAX >> 3`).
+pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
 
 impl Default for JournalLimits {
     fn default() -> Self {
@@ -195,7 +200,7 @@ impl JournalLimits {
 
     /// Whether an append fits these limits at all, and one can be sent.
     pub(crate) fn usable(&self) -> bool {
-        self.max_txn_ops >= MIN_TXN_OPS && self.in_flight >= 1
+        self.max_txn_ops >= MIN_TXN_OPS && (1..=MAX_IN_FLIGHT).contains(&self.in_flight)
     }
 
     /// The most records one append takes: the tip is one more put.
