@@ -579,11 +579,11 @@ impl Journal {
         let (epoch, mutant) = (self.epoch(), self.context.mutant);
         let (mut first_seq, mut tip_mod_revision) = (writer.next_seq, writer.tip_mod_revision);
         let mut guard = mutant.guard(&self.ownership);
-        let (sent, last_seq) = loop {
-            // The last record and the next append's first must fit below u64::MAX.
-            let Some(last_seq) = first_seq
+        let (sent, last_seq, next_seq) = loop {
+            // The last record and the next append's first must fit in a u64.
+            let Some((last_seq, next_seq)) = first_seq
                 .checked_add(payloads.len() as u64 - 1)
-                .filter(|last| last.checked_add(1).is_some())
+                .and_then(|last| Some((last, last.checked_add(1)?)))
             else {
                 return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
             };
@@ -628,12 +628,12 @@ impl Journal {
                     (first_seq, tip_mod_revision) = (again.first_seq, again.tip_mod_revision);
                     guard = again.guard;
                 }
-                None => break (sent, last_seq),
+                None => break (sent, last_seq, next_seq),
             }
         };
         match sent {
             Sent::Committed { revision } => {
-                writer.next_seq = last_seq + 1;
+                writer.next_seq = next_seq;
                 writer.tip_mod_revision = revision;
                 Ok(Appended {
                     first_seq,
