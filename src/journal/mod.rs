@@ -537,13 +537,15 @@ impl Journal {
         let mut first_seq = result.as_ref().map_or(0, |appended| appended.first_seq);
         for queued in batch {
             let answer = result.clone().map(|appended| {
-                let last_seq = first_seq + queued.payloads.len() as u64 - 1;
+                // Inside the appended range, whose last record leaves room for one more: these
+                // never saturate.
+                let last_seq = first_seq.saturating_add(queued.payloads.len() as u64 - 1);
                 let own = Appended {
                     first_seq,
                     last_seq,
                     revision: appended.revision,
                 };
-                first_seq = last_seq + 1;
+                first_seq = last_seq.saturating_add(1);
                 own
             });
             // A caller that went away meanwhile no longer needs its answer.
