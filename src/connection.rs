@@ -18,6 +18,7 @@ use crate::keys::{Namespace, prefix_end};
 #[non_exhaustive]
 pub struct RetryPolicy {
     /// No retry starts after this much time has passed since the first attempt.
+    /// `Duration::MAX` retries forever (a deadline longer than about 30 years is that far).
     pub deadline: Duration,
     /// The pause after the first full round of endpoints has failed; doubled after each round.
     pub initial_backoff: Duration,

@@ -528,7 +528,8 @@ impl Store {
     /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
     /// delete (one watch event, then one transaction), with a slow re-check every
     /// `standby_recheck` as a backstop against a lost event. Gives up with
-    /// [`AcquireError::TimedOut`] after `timeout`; dropping the future cancels it.
+    /// [`AcquireError::TimedOut`] after `timeout`; `Duration::MAX` waits forever (a timeout
+    /// longer than about 30 years waits that long). Dropping the future cancels it.
     pub async fn acquire_lease_wait(
         &self,
         session: Uuid,
