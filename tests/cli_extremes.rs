@@ -6,6 +6,8 @@
 //! The commands and their flags are read from the tool's own help, so a command or a flag
 //! added later fails this test until it is listed here.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::Read as _;
 use std::process::{Command, Stdio};
@@ -153,8 +155,21 @@ struct Run {
     stderr: String,
 }
 
-/// Runs the tool with `args`, stopped after `bound`.
+/// What to do with a run still going after its bound.
+#[derive(Clone, Copy)]
+enum AtBound {
+    /// Kill it: it was still running ([`Ended::Stopped`]).
+    Kill,
+    /// Send SIGTERM and wait for its orderly exit.
+    Terminate,
+}
+
+/// Runs the tool with `args`, killed after `bound`.
 fn run(args: Vec<String>, bound: Duration) -> Run {
+    run_until(args, bound, AtBound::Kill)
+}
+
+fn run_until(args: Vec<String>, bound: Duration, at_bound: AtBound) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(&args)
         .env_remove("LEASEHOLD_ENDPOINTS")
@@ -179,6 +194,13 @@ fn run(args: Vec<String>, bound: Duration) -> Run {
             break Ended::Exited(status.code().unwrap_or(-1));
         }
         if started.elapsed() > bound {
+            if let AtBound::Terminate = at_bound {
+                let pid = child.id().to_string();
+                let sent = Command::new("kill").args(["-TERM", &pid]).status();
+                assert!(sent.is_ok_and(|s| s.success()), "SIGTERM {args:?}");
+                let code = wait_at_most(&mut child, Duration::from_secs(30));
+                break code.map_or(Ended::Stopped, Ended::Exited);
+            }
             child.kill().expect("kills");
             child.wait().expect("reaps");
             break Ended::Stopped;
@@ -191,6 +213,20 @@ fn run(args: Vec<String>, bound: Duration) -> Run {
         ended,
         stderr,
     }
+}
+
+/// The exit code of `child` if it exits within `bound`; else it is killed.
+fn wait_at_most(child: &mut std::process::Child, bound: Duration) -> Option<i32> {
+    let started = Instant::now();
+    while started.elapsed() < bound {
+        if let Some(status) = child.try_wait().expect("waits") {
+            return Some(status.code().unwrap_or(-1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("kills");
+    child.wait().expect("reaps");
+    None
 }
 
 /// The lines of an error: clap's trailers (usage, where to read more) left out.
@@ -315,5 +351,185 @@ fn every_numeric_flag_at_its_extremes_exits_with_one_line_and_never_panics() {
                 );
             }
         }
+    }
+}
+
+/// The bytes of a record or tip as the journal writes them (format version 1).
+fn header(kind: u8, seq: u64, epoch: u64) -> Vec<u8> {
+    let mut out = vec![1, kind];
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(&[7; 16]);
+    out
+}
+
+/// Numbers that reach etcd at their extremes: a journal at the end of the sequence
+/// (`r/18446744073709551615`) read, followed, checked, trimmed and deleted; a node with the
+/// largest `--keep`, `--max-sessions` and `--interval`. Each run exits 0, 1 or 2 with one line
+/// of error, never a panic.
+#[tokio::test(flavor = "multi_thread")]
+async fn numbers_that_reach_etcd_at_their_extremes_never_panic() {
+    let etcd = common::Etcd::start().await;
+    let endpoint = etcd.node.endpoint().to_owned();
+    let ns = etcd.ns.clone();
+    let session = leasehold::Uuid::new_v4();
+
+    // --- phase: a journal whose last records are u64::MAX - 1 and u64::MAX
+    let (last, before) = (u64::MAX, u64::MAX - 1);
+    let mut fence = header(1, before, 1);
+    fence.push(0);
+    let mut event = header(0, last, 1);
+    event.extend_from_slice(b"last");
+    let mut tip = vec![1];
+    tip.extend_from_slice(&last.to_be_bytes());
+    tip.extend_from_slice(&1u64.to_be_bytes());
+    tip.extend_from_slice(&[7; 16]);
+    let mut base = vec![1];
+    base.extend_from_slice(&before.to_be_bytes());
+    let mut raw = etcd.raw.clone();
+    for (key, value) in [
+        (ns.record_key(session, before), fence),
+        (ns.record_key(session, last), event),
+        (ns.tip_key(session), tip),
+        (ns.base_key(session), base),
+    ] {
+        raw.put(key, value, None).await.expect("put");
+    }
+
+    let s = session.to_string();
+    let common_args = |args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend([
+            "--endpoints".into(),
+            endpoint.clone(),
+            "--namespace".into(),
+            ns.to_string(),
+        ]);
+        all
+    };
+    let sequence_runs = [
+        (common_args(&["journal", "show", &s, "--records"]), 0),
+        (
+            common_args(&["journal", "show", &s, "--records", "--json"]),
+            0,
+        ),
+        // The follow ends after the record at u64::MAX: none can follow it.
+        (common_args(&["journal", "show", &s, "--follow"]), 0),
+        (
+            common_args(&["journal", "show", &s, "--from", U64_MAX, "--follow"]),
+            0,
+        ),
+        (common_args(&["owners"]), 0),
+        (common_args(&["check", &s]), 0),
+        (
+            common_args(&["journal", "trim", &s, "--before", U64_MAX]),
+            0,
+        ),
+        (
+            common_args(&["journal", "trim", &s, "--before", U64_MAX, "--json"]),
+            0,
+        ),
+        (common_args(&["journal", "show", &s, "--from", U64_MAX]), 0),
+        (common_args(&["journal", "delete", &s, "--yes"]), 0),
+    ];
+    let ran = tokio::task::spawn_blocking(move || {
+        sequence_runs
+            .into_iter()
+            .map(|(args, expected)| (run(args, Duration::from_secs(30)), expected))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for (
+        Run {
+            args,
+            ended,
+            stderr,
+        },
+        expected,
+    ) in &ran
+    {
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        let Ended::Exited(code) = ended else {
+            panic!("{args:?} did not end within 30 s: {stderr}");
+        };
+        assert_eq!(code, expected, "{args:?}: {stderr}");
+    }
+
+    // --- phase: a node with the largest numbers it takes, stopped with SIGTERM
+    // Each node in a namespace of its own, so that each owns its sessions and appends.
+    let spaces: Vec<leasehold::Namespace> = (0..3)
+        .map(|i| leasehold::Namespace::new(format!("{ns}/node-{i}")).unwrap())
+        .collect();
+    let node = |space: &leasehold::Namespace, args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = ["node", "--endpoints", &endpoint, "--namespace"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        all.push(space.to_string());
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        all
+    };
+    let node_runs = [
+        node(
+            &spaces[0],
+            &[
+                "--sessions",
+                "1",
+                "--keep",
+                U64_MAX,
+                "--max-sessions",
+                U64_MAX,
+                "--interval",
+                "1ms",
+                "--margin",
+                "0",
+                "--ttl",
+                "2",
+            ],
+        ),
+        node(
+            &spaces[1],
+            &["--sessions", "2", "--interval", "18446744073709551615s"],
+        ),
+        node(
+            &spaces[2],
+            &["--sessions", "1", "--keep", "1", "--interval", "1ms"],
+        ),
+    ];
+    let ran = tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = node_runs
+                .iter()
+                .map(|args| {
+                    scope.spawn(|| {
+                        run_until(args.clone(), Duration::from_secs(4), AtBound::Terminate)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    })
+    .await
+    .unwrap();
+    for Run {
+        args,
+        ended,
+        stderr,
+    } in &ran
+    {
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        assert!(
+            matches!(ended, Ended::Exited(0)),
+            "{args:?} ended {ended:?}: {stderr}"
+        );
+    }
+    // Each node got as far as its journals: fenced and heartbeating.
+    for space in &spaces {
+        let keys = common::count(&etcd.raw, &space.prefix()).await;
+        assert!(keys >= 3, "{space}: {keys} keys");
     }
 }
