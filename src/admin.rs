@@ -563,7 +563,7 @@ async fn follow(
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.cancelled() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff = crate::deadline::doubled(backoff, Duration::from_secs(2));
     }
 }
 

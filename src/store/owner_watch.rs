@@ -98,7 +98,7 @@ impl RestartBackoff {
             self.next = Self::FIRST;
         }
         let pause = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
+        self.next = crate::deadline::doubled(self.next, Self::MAX);
         self.opened = None;
         self.delivered = false;
         pause
