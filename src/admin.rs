@@ -84,10 +84,11 @@ pub struct JournalInfo {
 }
 
 impl JournalInfo {
-    /// How many records the journal keeps.
+    /// How many records the journal keeps, `u64::MAX` at most.
     pub fn len(&self) -> u64 {
         self.tip
-            .map_or(0, |tip| (tip.seq + 1).saturating_sub(self.base))
+            .filter(|tip| tip.seq >= self.base)
+            .map_or(0, |tip| (tip.seq - self.base).saturating_add(1))
     }
 
     /// Whether the journal holds no record (or does not exist).
@@ -362,9 +363,9 @@ impl Admin {
 
     /// `session`'s records as they commit after `revision` (e.g. a replay's
     /// [`revision`](Replay::revision)), from sequence number `from_seq` on; until the stream is
-    /// dropped. Trims are not shown. The watch resumes where it stopped after a failure; if
-    /// etcd compacted that revision meanwhile, the stream ends with
-    /// [`ReplayError::Compacted`].
+    /// dropped, or after the record at `u64::MAX` (none can follow it). Trims are not shown.
+    /// The watch resumes where it stopped after a failure; if etcd compacted that revision
+    /// meanwhile, the stream ends with [`ReplayError::Compacted`].
     pub fn follow(&self, session: Uuid, revision: i64, from_seq: u64) -> Follow {
         let (sender, receiver) = mpsc::channel(256);
         let stop = CancellationToken::new();
@@ -499,7 +500,7 @@ async fn follow(
     loop {
         let options = WatchOptions::new()
             .with_prefix()
-            .with_start_revision(revision + 1);
+            .with_start_revision(revision.saturating_add(1));
         let (client, endpoint) = connection.stream_client();
         let open = async {
             client
@@ -523,7 +524,7 @@ async fn follow(
                 if response.compact_revision() > 0 {
                     let _ = sender
                         .send(Err(ReplayError::Compacted {
-                            revision: revision + 1,
+                            revision: revision.saturating_add(1),
                         }))
                         .await;
                     return;
@@ -544,12 +545,14 @@ async fn follow(
                     }
                     let record = crate::journal::decode_record(kv.key(), seq, kv.value())
                         .map_err(ReplayError::Decode);
-                    if let Ok(record) = &record {
-                        next_seq = record.seq() + 1;
-                    }
-                    let failed = record.is_err();
-                    if sender.send(record).await.is_err() || failed {
+                    // After the record at `u64::MAX`, no record can follow.
+                    let next = record.as_ref().ok().and_then(|r| r.seq().checked_add(1));
+                    if sender.send(record).await.is_err() {
                         return;
+                    }
+                    match next {
+                        Some(next) => next_seq = next,
+                        None => return,
                     }
                 }
             }
@@ -560,6 +563,49 @@ async fn follow(
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.cancelled() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff = crate::deadline::doubled(backoff, Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(base: u64, tip: Option<u64>) -> JournalInfo {
+        JournalInfo {
+            session: Uuid::nil(),
+            revision: 1,
+            base,
+            tip: tip.map(|seq| Tip {
+                seq,
+                epoch: Epoch(1),
+                nonce: Uuid::nil(),
+            }),
+            owner: None,
+        }
+    }
+
+    proptest::proptest! {
+        /// Any base and tip, as the bytes under the namespace say: a length, never a panic.
+        #[test]
+        fn any_base_and_tip_have_a_length(
+            base in proptest::prelude::any::<u64>(),
+            seq in proptest::prelude::any::<u64>(),
+        ) {
+            let expected = (u128::from(seq) + 1).saturating_sub(u128::from(base));
+            let len = info(base, Some(seq)).len();
+            proptest::prop_assert_eq!(u128::from(len), expected.min(u128::from(u64::MAX)));
+        }
+    }
+
+    #[test]
+    fn lengths_at_the_ends_of_the_sequence() {
+        assert_eq!(info(1, None).len(), 0);
+        assert!(info(1, None).is_empty());
+        assert_eq!(info(1, Some(1)).len(), 1);
+        assert_eq!(info(5, Some(4)).len(), 0);
+        assert_eq!(info(1, Some(u64::MAX)).len(), u64::MAX);
+        assert_eq!(info(0, Some(u64::MAX)).len(), u64::MAX);
+        assert_eq!(info(u64::MAX, Some(u64::MAX)).len(), 1);
     }
 }

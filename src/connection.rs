@@ -9,6 +9,7 @@ use etcd_client::{Client, GetOptions, KvClient};
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
+use crate::deadline::{deadline, doubled};
 use crate::error::{EtcdError, FailureClass};
 use crate::keys::{Namespace, prefix_end};
 
@@ -17,6 +18,7 @@ use crate::keys::{Namespace, prefix_end};
 #[non_exhaustive]
 pub struct RetryPolicy {
     /// No retry starts after this much time has passed since the first attempt.
+    /// `Duration::MAX` retries forever (a deadline longer than about 30 years is that far).
     pub deadline: Duration,
     /// The pause after the first full round of endpoints has failed; doubled after each round.
     pub initial_backoff: Duration,
@@ -317,11 +319,11 @@ mod tls_probe {
     ) -> Option<EtcdError> {
         let (host, port, name) = target(endpoint, tls)?;
         let config = client_config(tls)?;
-        let refused = tokio::task::spawn_blocking(move || {
-            handshake(&host, port, name, config, Instant::now() + timeout)
-        })
-        .await
-        .ok()??;
+        let deadline = crate::deadline::deadline(tokio::time::Instant::now(), timeout).into_std();
+        let refused =
+            tokio::task::spawn_blocking(move || handshake(&host, port, name, config, deadline))
+                .await
+                .ok()??;
         tracing::debug!(endpoint, error = %refused, "the TLS handshake is refused");
         let io = io::Error::new(io::ErrorKind::InvalidData, refused);
         Some(EtcdError::new(
@@ -1050,7 +1052,7 @@ impl Connection {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let n = self.members.len();
-        let deadline = Instant::now() + self.retry.deadline;
+        let deadline = deadline(Instant::now(), self.retry.deadline);
         let mut backoff = self.retry.initial_backoff;
         let first = self.preferred.load(Ordering::Relaxed);
         let mut attempt = 0usize;
@@ -1072,7 +1074,7 @@ impl Connection {
                     } else {
                         Duration::ZERO
                     };
-                    if !may_retry(error.class()) || Instant::now() + pause >= deadline {
+                    if !may_retry(error.class()) || !pause_fits(pause, Instant::now(), deadline) {
                         return Err(error);
                     }
                     tracing::debug!(
@@ -1084,12 +1086,17 @@ impl Connection {
                     );
                     if !pause.is_zero() {
                         tokio::time::sleep(pause).await;
-                        backoff = (backoff * 2).min(self.retry.max_backoff);
+                        backoff = doubled(backoff, self.retry.max_backoff);
                     }
                 }
             }
         }
     }
+}
+
+/// Whether a retry that first pauses for `pause` still starts before `deadline`.
+fn pause_fits(pause: Duration, now: Instant, deadline: Instant) -> bool {
+    deadline.saturating_duration_since(now) > pause
 }
 
 /// The value of one Prometheus metric that an etcd member serves at `{endpoint}/metrics`
@@ -1152,6 +1159,62 @@ mod tests {
     }
 
     use super::*;
+    use crate::deadline::FOREVER;
+
+    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+            (0u64..10_000_000_000).prop_map(Duration::from_nanos),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any retry policy and timeouts: the options build, and the retry loop's deadline,
+        /// backoffs and decisions are computed without overflow. A deadline of
+        /// `Duration::MAX` retries for as long as any pause lasts (forever).
+        #[test]
+        fn any_retry_policy_computes_its_deadline_without_panic(
+            deadline in any_duration(),
+            initial in any_duration(),
+            max in any_duration(),
+            connect in any_duration(),
+            request in any_duration(),
+        ) {
+            let retry = RetryPolicy::default()
+                .with_deadline(deadline)
+                .with_backoff(initial, max);
+            let options = ConnectOptions::new(["http://127.0.0.1:1"])
+                .with_retry(retry.clone())
+                .with_connect_timeout(connect)
+                .with_request_timeout(request);
+            let _ = format!("{options:?}");
+            let now = Instant::now();
+            let until = crate::deadline::deadline(now, options.retry.deadline);
+            let mut backoff = options.retry.initial_backoff;
+            for _ in 0..80 {
+                let fits = pause_fits(backoff, now, until);
+                proptest::prop_assert_eq!(fits, until - now > backoff);
+                if retry.deadline == Duration::MAX && backoff < FOREVER {
+                    proptest::prop_assert!(fits, "wait forever retries");
+                }
+                backoff = doubled(backoff, options.retry.max_backoff);
+            }
+            proptest::prop_assert!(backoff <= max.max(initial));
+        }
+    }
+
+    #[test]
+    fn a_zero_deadline_retries_nothing() {
+        let now = Instant::now();
+        assert!(!pause_fits(
+            Duration::ZERO,
+            now,
+            deadline(now, Duration::ZERO)
+        ));
+    }
 
     #[test]
     fn the_password_is_wiped_on_drop_and_never_shown() {

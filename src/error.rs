@@ -318,10 +318,12 @@ pub enum StoreError {
         policy: crate::WritePolicy,
     },
     /// The journal limits leave no room for an append: `max_txn_ops` below
-    /// [`MIN_TXN_OPS`](crate::journal::MIN_TXN_OPS), or no transaction in flight. Permanent.
+    /// [`MIN_TXN_OPS`](crate::journal::MIN_TXN_OPS), or no transaction in flight (or more
+    /// than [`MAX_IN_FLIGHT`](crate::journal::MAX_IN_FLIGHT)). Permanent.
     #[error(
-        "invalid journal limits {limits:?}: max_txn_ops must be at least {} and in_flight at least 1",
-        crate::journal::MIN_TXN_OPS
+        "invalid journal limits {limits:?}: max_txn_ops must be at least {} and in_flight from 1 to {}",
+        crate::journal::MIN_TXN_OPS,
+        crate::journal::MAX_IN_FLIGHT
     )]
     InvalidJournalLimits {
         /// The limits as given.

@@ -72,6 +72,7 @@
 pub mod admin;
 mod clock;
 mod connection;
+mod deadline;
 mod error;
 #[cfg(feature = "fault")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault")))]

@@ -366,11 +366,12 @@ async fn show(common: &Common, args: &ShowArgs) -> Result<(), Failure> {
         &["SEQ", "EPOCH", "KIND", "RECORD"],
         &[true, true, false, false],
     );
-    let mut next_seq = args.from.unwrap_or(1);
+    // `None` once the record at `u64::MAX` is shown: none can follow it.
+    let mut next_seq = Some(args.from.unwrap_or(1));
     let mut rows = 0usize;
     while let Some(record) = replay.next().await {
         let record = record.map_err(replay_failure)?;
-        next_seq = record.seq() + 1;
+        next_seq = record.seq().checked_add(1);
         if !shown(&record) {
             continue;
         }
@@ -384,9 +385,9 @@ async fn show(common: &Common, args: &ShowArgs) -> Result<(), Failure> {
     if !args.json && rows > 0 {
         table.print();
     }
-    if !args.follow {
+    let Some(next_seq) = next_seq.filter(|_| args.follow) else {
         return Ok(());
-    }
+    };
     let mut follow = admin.follow(args.session, replay.revision(), next_seq);
     let mut stdout = std::io::stdout();
     loop {

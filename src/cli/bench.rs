@@ -36,13 +36,19 @@ pub(crate) struct BenchArgs {
     /// One JSON object per result line instead of a table.
     #[arg(long)]
     json: bool,
-    /// Interleaved rounds per scenario (the median is reported).
+    /// Interleaved rounds per scenario (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Sessions held by the `scale` scenario.
+    /// Sessions held by the `scale` scenario, 1 to 1000000.
     #[arg(long, default_value_t = 10_000)]
     scale_sessions: usize,
 }
+
+/// The most rounds a scenario runs.
+const MAX_ROUNDS: usize = 1000;
+
+/// The most sessions the `scale` scenario holds.
+const MAX_SCALE_SESSIONS: usize = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -446,7 +452,7 @@ impl Bench {
     /// baseline's run side by side, each on a lease of its own, since each takes up to TTL/3.
     async fn detect(&self) -> Result<(), Failure> {
         const TTL: i64 = 6;
-        let samples = (self.rounds * 20).max(100);
+        let samples = self.rounds.saturating_mul(20).max(100);
         let store = self.store("bench-detect", TTL as u64).await?;
         let mut rounds = Rounds::default();
         self.progress(format_args!(
@@ -785,8 +791,17 @@ fn resident_bytes() -> u64 {
 }
 
 pub(crate) async fn run(common: &Common, args: &BenchArgs) -> Result<(), Failure> {
-    if args.rounds == 0 {
-        return Err(Failure::message("--rounds must be at least 1", 2));
+    if !(1..=MAX_ROUNDS).contains(&args.rounds) {
+        return Err(Failure::message(
+            format!("--rounds must be from 1 to {MAX_ROUNDS}"),
+            2,
+        ));
+    }
+    if !(1..=MAX_SCALE_SESSIONS).contains(&args.scale_sessions) {
+        return Err(Failure::message(
+            format!("--scale-sessions must be from 1 to {MAX_SCALE_SESSIONS}"),
+            2,
+        ));
     }
     if common.is_secured() {
         // The baselines are raw etcd-client calls on a plain connection.

@@ -72,7 +72,7 @@ pub(crate) struct Common {
     /// The safety margin in seconds (below 2·TTL/3).
     #[arg(long, default_value_t = 1.0, global = true)]
     margin: f64,
-    /// How long to wait for etcd to answer at all, in seconds.
+    /// How long to wait for etcd to answer at all, in seconds (18446744073709551615: forever).
     #[arg(long, default_value_t = 5, global = true)]
     connect_timeout: u64,
     /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.

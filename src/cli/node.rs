@@ -42,8 +42,13 @@ use super::{Common, Failure};
 
 #[derive(Args)]
 pub(crate) struct NodeArgs {
-    /// Host sessions 0..N of the namespace (the same N sessions on every node).
-    #[arg(long, conflicts_with = "session")]
+    /// Host sessions 0..N of the namespace (the same N sessions on every node), N at most
+    /// 1000000.
+    #[arg(
+        long,
+        conflicts_with = "session",
+        value_parser = clap::value_parser!(u32).range(..=i64::from(MAX_SESSIONS))
+    )]
     sessions: Option<u32>,
     /// Host this session (repeatable).
     #[arg(long)]
@@ -69,6 +74,9 @@ pub(crate) struct NodeArgs {
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
+/// The most sessions `--sessions` numbers.
+const MAX_SESSIONS: u32 = 1_000_000;
+
 fn parse_interval(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text) {
         Ok(interval) if interval >= Duration::from_millis(1) => Ok(interval),
@@ -80,6 +88,14 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// How many records beyond `keep` a journal may hold (while trims keep up).
 pub(crate) fn trim_batch(keep: u64) -> u64 {
     (keep / 2).max(8)
+}
+
+/// Where to trim a journal whose last record is `last` and whose base is `base` to keep its
+/// last `keep` records: `None` while it holds no more than `keep` and half a trim batch.
+fn trim_before(last: u64, base: u64, keep: u64) -> Option<u64> {
+    let next = last.saturating_add(1);
+    (next.saturating_sub(base) > keep.saturating_add(trim_batch(keep) / 2))
+        .then(|| next.saturating_sub(keep))
 }
 
 /// Session `i` of a namespace: the same on every node, different in every namespace.
@@ -370,10 +386,10 @@ async fn keep_last(
             _ = stop.cancelled() => return,
         }
         let last = *tips.borrow_and_update();
-        if (last + 1).saturating_sub(base) <= keep + trim_batch(keep) / 2 {
+        let Some(before) = trim_before(last, base, keep) else {
             continue;
-        }
-        match rig.journal().trim(last + 1 - keep).await {
+        };
+        match rig.journal().trim(before).await {
             Ok(trimmed) => base = trimmed.base,
             Err(error) => {
                 beats.timeline.say(
@@ -388,5 +404,35 @@ async fn keep_last(
                 // transient one is tried again at the next heartbeat.
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any tip, base and `--keep`: a trim point or none, never an overflow; a trim keeps
+        /// at least `keep` records and removes some.
+        #[test]
+        fn any_keep_finds_a_trim_point_without_overflow(
+            last in proptest::prelude::any::<u64>(),
+            base in proptest::prelude::any::<u64>(),
+            keep in 1..=u64::MAX,
+        ) {
+            if let Some(before) = trim_before(last, base, keep) {
+                proptest::prop_assert!(before > base);
+                proptest::prop_assert!(u128::from(last) + 1 - u128::from(before) >= u128::from(keep.min(last)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_journal_is_trimmed_once_it_holds_half_a_batch_more_than_kept() {
+        // keep 100: batch 50, trimmed past 125 records.
+        assert_eq!(trim_before(125, 1, 100), None);
+        assert_eq!(trim_before(126, 1, 100), Some(27));
+        assert_eq!(trim_before(u64::MAX, 1, u64::MAX), None);
+        assert_eq!(trim_before(u64::MAX, 1, 10), Some(u64::MAX - 10));
     }
 }

@@ -139,7 +139,8 @@ async fn fence_at(
         Sent::Committed { revision } => {
             tracing::info!(%session, %epoch, seq, "journal fenced and open");
             Ok(Fenced {
-                next_seq: seq + 1,
+                // `fence_seq` leaves room for it: this never saturates.
+                next_seq: seq.saturating_add(1),
                 revision,
             })
         }
@@ -154,8 +155,11 @@ async fn fence_at(
 fn fence_seq(previous: Option<Tip>) -> Result<u64, OpenJournalError> {
     match previous {
         None => Ok(1),
-        Some(tip) if tip.seq.checked_add(2).is_some() => Ok(tip.seq + 1),
-        Some(tip) => Err(OpenJournalError::SequenceExhausted { seq: tip.seq }),
+        Some(tip) => tip
+            .seq
+            .checked_add(1)
+            .filter(|seq| seq.checked_add(1).is_some())
+            .ok_or(OpenJournalError::SequenceExhausted { seq: tip.seq }),
     }
 }
 

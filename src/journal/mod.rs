@@ -148,7 +148,8 @@ pub struct JournalLimits {
     pub max_request_bytes: usize,
     /// Kept free below `max_request_bytes` for etcd's own wrapping (at least 1 KiB).
     pub headroom: usize,
-    /// The most append transactions a store has in flight together (default 8, at least 1).
+    /// The most append transactions a store has in flight together (default 8, at least 1,
+    /// at most [`MAX_IN_FLIGHT`]).
     /// Appends of its journals that arrive while all are in flight wait, and the next free
     /// one takes them together, in one transaction (see the [module docs](self)).
     pub in_flight: usize,
@@ -156,6 +157,10 @@ pub struct JournalLimits {
 
 /// The smallest `--max-txn-ops` an append fits in: its three compares.
 pub const MIN_TXN_OPS: usize = 3;
+
+/// The largest `in_flight` a store takes: as many transactions as a semaphore counts
+/// (`usize::MAX >> 3`).
+pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
 
 impl Default for JournalLimits {
     fn default() -> Self {
@@ -195,7 +200,7 @@ impl JournalLimits {
 
     /// Whether an append fits these limits at all, and one can be sent.
     pub(crate) fn usable(&self) -> bool {
-        self.max_txn_ops >= MIN_TXN_OPS && self.in_flight >= 1
+        self.max_txn_ops >= MIN_TXN_OPS && (1..=MAX_IN_FLIGHT).contains(&self.in_flight)
     }
 
     /// The most records one append takes: the tip is one more put.
@@ -532,13 +537,15 @@ impl Journal {
         let mut first_seq = result.as_ref().map_or(0, |appended| appended.first_seq);
         for queued in batch {
             let answer = result.clone().map(|appended| {
-                let last_seq = first_seq + queued.payloads.len() as u64 - 1;
+                // Inside the appended range, whose last record leaves room for one more: these
+                // never saturate.
+                let last_seq = first_seq.saturating_add(queued.payloads.len() as u64 - 1);
                 let own = Appended {
                     first_seq,
                     last_seq,
                     revision: appended.revision,
                 };
-                first_seq = last_seq + 1;
+                first_seq = last_seq.saturating_add(1);
                 own
             });
             // A caller that went away meanwhile no longer needs its answer.
@@ -574,11 +581,11 @@ impl Journal {
         let (epoch, mutant) = (self.epoch(), self.context.mutant);
         let (mut first_seq, mut tip_mod_revision) = (writer.next_seq, writer.tip_mod_revision);
         let mut guard = mutant.guard(&self.ownership);
-        let (sent, last_seq) = loop {
-            // The last record and the next append's first must fit below u64::MAX.
-            let Some(last_seq) = first_seq
+        let (sent, last_seq, next_seq) = loop {
+            // The last record and the next append's first must fit in a u64.
+            let Some((last_seq, next_seq)) = first_seq
                 .checked_add(payloads.len() as u64 - 1)
-                .filter(|last| last.checked_add(1).is_some())
+                .and_then(|last| Some((last, last.checked_add(1)?)))
             else {
                 return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
             };
@@ -623,12 +630,12 @@ impl Journal {
                     (first_seq, tip_mod_revision) = (again.first_seq, again.tip_mod_revision);
                     guard = again.guard;
                 }
-                None => break (sent, last_seq),
+                None => break (sent, last_seq, next_seq),
             }
         };
         match sent {
             Sent::Committed { revision } => {
-                writer.next_seq = last_seq + 1;
+                writer.next_seq = next_seq;
                 writer.tip_mod_revision = revision;
                 Ok(Appended {
                     first_seq,

@@ -89,7 +89,7 @@ impl Mutant {
             _ => Some(ownership.guard()),
         };
         Some(Again {
-            first_seq: seq + 1,
+            first_seq: seq.checked_add(1)?,
             tip_mod_revision: tip.mod_revision(),
             guard,
         })

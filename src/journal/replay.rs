@@ -114,10 +114,7 @@ impl Replay {
     /// record seen so far. The first page holds one record: nothing is known of sizes yet, and
     /// one record fits any reply.
     fn page_limit(&self) -> usize {
-        let Some(largest) = self.largest_record else {
-            return 1;
-        };
-        (self.options.page_bytes / largest.max(1)).clamp(1, self.cap)
+        page_limit(self.largest_record, self.options.page_bytes, self.cap)
     }
 
     fn fetch(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
@@ -126,7 +123,7 @@ impl Replay {
         }
         let connection = self.connection.clone();
         let (from, to, revision) = (self.next_key.clone(), self.range_end.clone(), self.revision);
-        let limit = self.page_limit() as i64;
+        let limit = etcd_limit(self.page_limit());
         async move {
             let response = connection
                 .read("replay", |mut client: KvClient, _| {
@@ -162,7 +159,7 @@ impl Replay {
             self.range_end.clone(),
             self.base_key.clone(),
         );
-        let limit = self.page_limit() as i64;
+        let limit = etcd_limit(self.page_limit());
         async move {
             let response = connection
                 .read("replay", |mut client: KvClient, _| {
@@ -279,6 +276,46 @@ impl Stream for Replay {
                     self.done = true;
                     return Poll::Ready(Some(Err(error)));
                 }
+            }
+        }
+    }
+}
+
+/// [`Replay::page_limit`]: at least 1 and at most `cap` (or 1).
+fn page_limit(largest_record: Option<usize>, page_bytes: usize, cap: usize) -> usize {
+    let Some(largest) = largest_record else {
+        return 1;
+    };
+    (page_bytes / largest.max(1)).clamp(1, cap.max(1))
+}
+
+/// A page limit as etcd takes it (an `i64`, where 0 or less means no limit): at most
+/// `i64::MAX`.
+fn etcd_limit(records: usize) -> i64 {
+    i64::try_from(records).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any replay options: every page asks etcd for at least one record and at most
+        /// `page_records`, never for "no limit".
+        #[test]
+        fn any_replay_options_page_within_bounds(
+            page_records in proptest::prelude::any::<usize>(),
+            page_bytes in proptest::prelude::any::<usize>(),
+            largest in proptest::option::of(proptest::prelude::any::<usize>()),
+        ) {
+            let options = ReplayOptions::default()
+                .with_page_records(page_records)
+                .with_page_bytes(page_bytes);
+            // As `Replay::new` caps it, and as a too large reply halves it.
+            for cap in [options.page_records.max(1), (options.page_records / 2).max(1)] {
+                let limit = etcd_limit(page_limit(largest, options.page_bytes, cap));
+                proptest::prop_assert!(limit >= 1);
+                proptest::prop_assert!(limit as u128 <= page_records.max(1) as u128);
             }
         }
     }

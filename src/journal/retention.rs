@@ -78,7 +78,7 @@ impl Authority<'_> {
     /// An admin authority whose re-sends go on for `patience`.
     pub(crate) fn admin(patience: Duration) -> Authority<'static> {
         Authority::Admin {
-            until: Instant::now() + patience,
+            until: crate::deadline::deadline(Instant::now(), patience),
         }
     }
 
@@ -262,7 +262,7 @@ impl Retention<'_> {
             } else if next == before {
                 return Ok(Trimmed {
                     base: next,
-                    removed: next - first,
+                    removed: next.saturating_sub(first),
                 });
             }
         }
@@ -317,5 +317,31 @@ impl Retention<'_> {
         Err(RetentionError::Contended {
             session: self.session,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// An admin's patience of any length makes a deadline; a long one goes on re-sending.
+        #[test]
+        fn any_admin_patience_makes_a_deadline(
+            secs in proptest::prelude::any::<u64>(),
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let patience = Duration::new(secs, nanos);
+            let admin = Authority::admin(patience);
+            if patience >= Duration::from_secs(3600) {
+                proptest::prop_assert!(admin.go_on());
+            }
+        }
+    }
+
+    #[test]
+    fn an_admin_without_patience_stops_and_one_waiting_forever_goes_on() {
+        assert!(!Authority::admin(Duration::ZERO).go_on());
+        assert!(Authority::admin(Duration::MAX).go_on());
     }
 }

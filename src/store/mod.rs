@@ -82,6 +82,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::connection::{ConnectOptions, Connection, Credentials, RetryPolicy, TlsOptions};
+use crate::deadline::{FOREVER, deadline};
 use crate::error::{
     AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, RetentionError,
     StoreError,
@@ -280,6 +281,19 @@ impl StoreOptions {
     }
 }
 
+/// The write policy a store uses: no attempt waits longer than `request_timeout`, and no
+/// timeout or pause longer than [`FOREVER`] (about 30 years, forever in practice), so that the
+/// deadlines made of them, even a few times over, fit the clock.
+fn bounded_write_policy(write: &WritePolicy, request_timeout: Duration) -> WritePolicy {
+    let bounded = |d: Duration| d.min(request_timeout).min(FOREVER);
+    WritePolicy {
+        attempt_timeout: bounded(write.attempt_timeout),
+        resend_timeout: bounded(write.resend_timeout),
+        initial_backoff: write.initial_backoff.min(FOREVER),
+        max_backoff: write.max_backoff.min(FOREVER),
+    }
+}
+
 /// The longest node name, in bytes: it is written into every owner key and host key.
 pub const MAX_NODE_LEN: usize = 256;
 
@@ -408,11 +422,7 @@ impl Store {
                 keepalive::GrantError::Margin(e) => StoreError::Margin(e),
             })?;
         let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
-        let write = WritePolicy {
-            attempt_timeout: options.write.attempt_timeout.min(options.request_timeout),
-            resend_timeout: options.write.resend_timeout.min(options.request_timeout),
-            ..options.write
-        };
+        let write = bounded_write_policy(&options.write, options.request_timeout);
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
         let metrics = Metrics::new(&options.node, &options.namespace);
         let batcher = Batcher::new(
@@ -529,13 +539,14 @@ impl Store {
     /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
     /// delete (one watch event, then one transaction), with a slow re-check every
     /// `standby_recheck` as a backstop against a lost event. Gives up with
-    /// [`AcquireError::TimedOut`] after `timeout`; dropping the future cancels it.
+    /// [`AcquireError::TimedOut`] after `timeout`; `Duration::MAX` waits forever (a timeout
+    /// longer than about 30 years waits that long). Dropping the future cancels it.
     pub async fn acquire_lease_wait(
         &self,
         session: Uuid,
         timeout: Duration,
     ) -> Result<Lease, AcquireError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline(Instant::now(), timeout);
         let standby = Standby::register(&self.shared, session);
         let timed_out = || AcquireError::TimedOut {
             session_id: session,
@@ -792,7 +803,7 @@ impl StoreShared {
         node: &NodeLease,
     ) -> Result<bool, EtcdError> {
         let txn = Delete::created_at(key, create_revision).txn();
-        let until = Instant::now() + self.request_timeout;
+        let until = deadline(Instant::now(), self.request_timeout);
         let go_on = || !node.is_lost() && Instant::now() < until;
         match write::send(
             &self.connection,
@@ -910,6 +921,7 @@ impl StoreShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::MAX_IN_FLIGHT;
 
     proptest::proptest! {
         /// Any TTL and margin: validated into a typed error or accepted, never a panic.
@@ -935,6 +947,90 @@ mod tests {
         }
     }
 
+    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+            (0u64..10_000_000_000).prop_map(Duration::from_nanos),
+        ]
+    }
+
+    fn any_count() -> impl proptest::strategy::Strategy<Value = usize> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(0),
+            Just(usize::MAX),
+            Just(MAX_IN_FLIGHT),
+            any::<usize>(),
+            0usize..256
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any durations in the store's options (its write policy's and retry policy's too):
+        /// validated into a typed error or accepted, never a panic; and the deadlines the store
+        /// makes of them fit the clock, even three attempts over. `Duration::MAX` waits
+        /// forever, not at once.
+        #[test]
+        fn any_store_durations_make_deadlines_without_panic(
+            [standby, request, attempt, resend, initial, max, retry_deadline, wait]
+                in proptest::array::uniform8(any_duration()),
+        ) {
+            let write = WritePolicy::default()
+                .with_attempt_timeout(attempt)
+                .with_resend_timeout(resend)
+                .with_backoff(initial, max);
+            let options = StoreOptions::new(["http://127.0.0.1:2379"])
+                .with_standby_recheck(standby)
+                .with_request_timeout(request)
+                .with_write_policy(write)
+                .with_retry(RetryPolicy::default().with_deadline(retry_deadline));
+            let _ = options.validate();
+            let _ = format!("{options:?}");
+            let bounded = bounded_write_policy(&options.write, options.request_timeout);
+            proptest::prop_assert!(bounded.attempt_timeout <= attempt.min(request));
+            proptest::prop_assert!(bounded.resend_timeout <= resend.min(request));
+            let now = Instant::now();
+            // What the store's tasks add to the clock: three attempts, a backoff.
+            let thrice = bounded.attempt_timeout.checked_mul(3);
+            proptest::prop_assert!(thrice.and_then(|t| now.checked_add(t)).is_some());
+            proptest::prop_assert!(now.checked_add(bounded.max_backoff).is_some());
+            // A foreground delete's and a standby acquisition's deadlines.
+            for timeout in [options.request_timeout, wait] {
+                let until = deadline(now, timeout);
+                proptest::prop_assert!(until >= now);
+                if timeout == Duration::MAX {
+                    proptest::prop_assert_eq!(until - now, FOREVER);
+                }
+            }
+        }
+
+        /// Any journal limits: validated or refused with a typed error; accepted ones give
+        /// the batcher a semaphore it can make.
+        #[test]
+        fn any_journal_limits_are_validated_without_panic(
+            [ops, bytes, headroom, in_flight] in proptest::array::uniform4(any_count()),
+        ) {
+            let limits = JournalLimits::default()
+                .with_max_txn_ops(ops)
+                .with_max_request_bytes(bytes)
+                .with_headroom(headroom)
+                .with_in_flight(in_flight);
+            let _ = (limits.max_records(), limits.max_bytes());
+            let options = StoreOptions::new(["http://127.0.0.1:2379"]).with_journal_limits(limits);
+            match options.validate() {
+                Ok(()) => drop(tokio::sync::Semaphore::new(in_flight)),
+                Err(error) => {
+                    let typed = matches!(error, StoreError::InvalidJournalLimits { .. });
+                    proptest::prop_assert!(typed);
+                    proptest::prop_assert!(ops < journal::MIN_TXN_OPS || !(1..=MAX_IN_FLIGHT).contains(&in_flight));
+                }
+            }
+        }
+    }
+
     #[test]
     fn journal_limits_leave_room_for_an_append_and_one_transaction_in_flight() {
         let limits = |limits: JournalLimits| {
@@ -954,6 +1050,7 @@ mod tests {
         for bad in [
             JournalLimits::default().with_max_txn_ops(2),
             JournalLimits::default().with_in_flight(0),
+            JournalLimits::default().with_in_flight(MAX_IN_FLIGHT + 1),
         ] {
             assert!(
                 matches!(

@@ -98,7 +98,7 @@ impl RestartBackoff {
             self.next = Self::FIRST;
         }
         let pause = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
+        self.next = crate::deadline::doubled(self.next, Self::MAX);
         self.opened = None;
         self.delivered = false;
         pause
@@ -190,7 +190,7 @@ async fn follow(shared: &StoreShared, backoff: &mut RestartBackoff) -> Result<()
     let prefix = shared.namespace.owners_prefix();
     let options = WatchOptions::new()
         .with_prefix()
-        .with_start_revision(snapshot.revision + 1)
+        .with_start_revision(snapshot.revision.saturating_add(1))
         .with_progress_notify();
     let (client, endpoint) = shared.connection.stream_client();
     let open = async {

@@ -282,9 +282,9 @@ fn check_history(
             .iter()
             .filter_map(|p| placed.get(p).and_then(|v| v.first().copied()))
             .collect();
-        let contiguous = places
-            .windows(2)
-            .all(|w| w[1].position == w[0].position + 1 && w[1].nonce == w[0].nonce);
+        let contiguous = places.windows(2).all(|w| {
+            w[0].position.checked_add(1) == Some(w[1].position) && w[1].nonce == w[0].nonce
+        });
         // A call cut by a trim keeps its tail, from the base on.
         let cut_at_base = base > 1
             && places.first().is_some_and(|first| first.position == base)

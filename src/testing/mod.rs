@@ -210,7 +210,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = crate::deadline::deadline(tokio::time::Instant::now(), timeout);
     loop {
         if let Some(value) = check().await {
             return Ok(value);
