@@ -16,6 +16,8 @@
 //! watch event says otherwise. The journal's compare-and-swap fence still holds: a stale
 //! owner's appends fail their compare, whatever its clock says.
 //!
+//! Imports nothing of the crate but `deadline`.
+//!
 //! Where CLOCK_BOOTTIME does not exist (outside Linux) the suspended time reads as zero.
 //! Tests move it forward with `suspend` (unit tests only), without moving tokio's clock.
 
@@ -31,13 +33,9 @@ pub(crate) fn now() -> Instant {
     now.checked_add(suspended()).unwrap_or(now)
 }
 
-/// `instant` + `by`, saturating (an instant past tokio's range reads as `instant`'s ~30 years
-/// on, which no lease reaches).
+/// `instant` + `by`, saturating as [`deadline`](crate::deadline::deadline) does.
 pub(crate) fn after(instant: Instant, by: Duration) -> Instant {
-    instant
-        .checked_add(by)
-        .or_else(|| instant.checked_add(FAR))
-        .unwrap_or(instant)
+    crate::deadline::deadline(instant, by)
 }
 
 /// [`now`] + `by`, saturating as [`after`] does.
@@ -49,9 +47,6 @@ pub(crate) fn later(by: Duration) -> Instant {
 pub(crate) fn since(instant: Instant) -> Duration {
     now().saturating_duration_since(instant)
 }
-
-/// Far enough in the future never to come (tokio uses the same for its far-future timers).
-const FAR: Duration = Duration::from_secs(86400 * 365 * 30);
 
 /// Sleeps until `deadline`, an instant read from [`now`]. Armed on tokio's clock, so a suspend
 /// while it sleeps makes it fire late by as much; a caller that re-arms it after every event
