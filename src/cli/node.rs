@@ -204,14 +204,28 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     };
     let host = SessionHost::start(store.clone(), options, sessions, work);
     let printer = tokio::spawn(print_events(host.events(), name.clone(), timeline.clone()));
-    wait_for_signal().await;
+    // A namespace outside the user's roles: the store can hold nothing, so the node stops.
+    let refused = tokio::select! {
+        () = wait_for_signal() => None,
+        error = store.refused() => Some(error),
+    };
     timeline.say(&name, "shutting down");
     host.shutdown().await;
     drop(host);
     let _ = printer.await;
     store.close().await;
     timeline.say(&name, "stopped");
-    Ok(())
+    match refused {
+        None => Ok(()),
+        Some(error) => Err(Failure::message(
+            format!(
+                "the user's roles do not cover namespace {}: {}",
+                common.namespace,
+                super::chain(&error)
+            ),
+            1,
+        )),
+    }
 }
 
 pub(crate) async fn wait_for_signal() {

@@ -515,6 +515,19 @@ impl Store {
         self.shared.ttl
     }
 
+    /// Resolves, with etcd's permission error, once etcd has denied this store's user the
+    /// owner keys of its namespace (see [a namespace outside the user's
+    /// roles](self#a-namespace-outside-the-users-roles)): from then on the store holds nothing
+    /// and acquires nothing, so a process that only hosts sessions may as well stop.
+    pub async fn refused(&self) -> EtcdError {
+        self.shared.refusal.refused().await;
+        self.shared
+            .refusal
+            .error()
+            .cloned()
+            .expect("the error is set before the signal")
+    }
+
     /// The number of session leases held now.
     pub fn held_sessions(&self) -> usize {
         self.shared.registry().held()
