@@ -225,8 +225,85 @@ where
     }
 }
 
-/// Connects to Docker and checks that it answers.
+/// Containers and networks the harness labelled ([`LABEL`]) that are older than this are
+/// leftovers of a test run that crashed or was killed: the harness removes them the first time
+/// it connects to Docker in a process. (No test of leasehold's runs for an hour.)
+pub const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
+
+/// Whether a labelled container created at `created` (Unix seconds) is a leftover at `now`.
+fn leftover(created: i64, now: i64) -> bool {
+    now.saturating_sub(created) > LEFTOVER_AGE.as_secs() as i64
+}
+
+/// Removes leftovers (see [`LEFTOVER_AGE`]), once per process; failures are logged, never
+/// fatal.
+async fn sweep_leftovers(docker: &bollard::Docker) {
+    use bollard::query_parameters::{
+        ListContainersOptionsBuilder, PruneNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+    };
+    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    SWEPT
+        .get_or_init(|| async {
+            let labelled = std::collections::HashMap::from([("label", vec![LABEL])]);
+            let options = ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&labelled)
+                .build();
+            let containers = match docker.list_containers(Some(options)).await {
+                Ok(containers) => containers,
+                Err(error) => {
+                    tracing::warn!(%error, "listing leftover test containers failed");
+                    return;
+                }
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs() as i64);
+            for container in containers {
+                let (Some(id), Some(created)) = (container.id, container.created) else {
+                    continue;
+                };
+                if !leftover(created, now) {
+                    continue;
+                }
+                let force = RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build();
+                match docker.remove_container(&id, Some(force)).await {
+                    Ok(()) => eprintln!(
+                        "leasehold::testing: removed leftover container {id} ({:?}, {} s old)",
+                        container.names.unwrap_or_default(),
+                        now.saturating_sub(created)
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%id, %error, "removing a leftover container failed")
+                    }
+                }
+            }
+            let age = format!("{}s", LEFTOVER_AGE.as_secs());
+            let old = std::collections::HashMap::from([
+                ("label", vec![LABEL.to_owned()]),
+                ("until", vec![age]),
+            ]);
+            let options = PruneNetworksOptionsBuilder::default().filters(&old).build();
+            if let Err(error) = docker.prune_networks(Some(options)).await {
+                tracing::warn!(%error, "pruning leftover test networks failed");
+            }
+        })
+        .await;
+}
+
+/// Connects to Docker and checks that it answers; the first time in a process, removes the
+/// leftovers of crashed test runs (see [`LEFTOVER_AGE`]).
 pub(crate) async fn docker() -> Result<bollard::Docker, HarnessError> {
+    let docker = connect_docker().await?;
+    sweep_leftovers(&docker).await;
+    Ok(docker)
+}
+
+/// Connects to Docker and checks that it answers.
+async fn connect_docker() -> Result<bollard::Docker, HarnessError> {
     let docker_host =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
     let unavailable = |source| HarnessError::DockerUnavailable {
@@ -283,4 +360,24 @@ pub async fn etcd_metric(
     crate::etcd_metric(endpoint, name, labels)
         .await
         .map_err(|e| HarnessError::io(format!("read {endpoint}/metrics"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_labelled_container_is_a_leftover_only_past_an_hour() {
+        let now = 1_800_000_000;
+        assert!(!leftover(now, now));
+        assert!(
+            !leftover(now - 3600, now),
+            "an hour old: a long test, maybe"
+        );
+        assert!(leftover(now - 3601, now));
+        // Clocks that disagree (created in the future) or garbage: not a leftover, no panic.
+        assert!(!leftover(now + 60, now));
+        assert!(!leftover(i64::MAX, i64::MIN));
+        assert!(leftover(i64::MIN, i64::MAX));
+    }
 }
