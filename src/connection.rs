@@ -496,7 +496,19 @@ struct Member {
     client: std::sync::Mutex<Unary>,
     /// For keepalive and watch streams, which live indefinitely: no request timeout.
     streams: Client,
+    /// When `streams` last authenticated (see [`StreamClient::ready`]).
+    stream_token: StreamToken,
 }
+
+/// When a member's stream client last authenticated, shared by every opening on it; the lock
+/// makes concurrent openings (hedged keepalive openings, a watch) share one authentication.
+type StreamToken = Arc<tokio::sync::Mutex<Option<tokio::time::Instant>>>;
+
+/// How long a stream client's token is reused for new streams before it authenticates again.
+/// Below etcd's shortest default token lifetime (5 minutes for simple tokens and JWTs); a token
+/// that expired sooner (a shorter `--auth-token-ttl`) is refused at an opening, which makes
+/// the next one authenticate ([`Connection::forget_stream_token`]).
+const STREAM_TOKEN_REUSE: Duration = Duration::from_secs(60);
 
 /// A unary client, and whether it has authenticated (with credentials, it does so before its
 /// first request; etcd-client then refreshes an expired token by itself).
@@ -552,19 +564,29 @@ impl Part for KvClient {
     }
 }
 
-/// The client for a long-lived stream, authenticated afresh when it is opened (a stream
-/// carries the token it was opened with, and a watch re-opened with an expired one would be
-/// cancelled over and over).
+/// The client for a long-lived stream. A stream carries the token it was opened with, and a
+/// watch opened with an expired one is cancelled; but authenticating costs the member a
+/// bcrypt hash, and openings come often while a member is down (hedged every 250 ms, for every
+/// node at once). So a member's stream token is reused for [`STREAM_TOKEN_REUSE`], and
+/// forgotten as soon as etcd refuses a stream for it.
 pub(crate) struct StreamClient {
     client: Client,
     credentials: Option<Arc<Credentials>>,
+    token: StreamToken,
 }
 
 impl StreamClient {
-    /// The client, with a fresh token when there are credentials.
+    /// The client, with a token when there are credentials: the member's current one, or a
+    /// fresh one when it has none or it is older than [`STREAM_TOKEN_REUSE`].
     pub(crate) async fn ready(mut self) -> Result<Client, etcd_client::Error> {
         if let Some(credentials) = &self.credentials {
-            self.client.update_user(Some(credentials.pair())).await?;
+            let mut authenticated = self.token.lock().await;
+            let fresh = authenticated.is_some_and(|at| at.elapsed() < STREAM_TOKEN_REUSE);
+            if !fresh {
+                *authenticated = None;
+                self.client.update_user(Some(credentials.pair())).await?;
+                *authenticated = Some(tokio::time::Instant::now());
+            }
         }
         Ok(self.client)
     }
@@ -658,6 +680,7 @@ impl Connection {
                 .await
                 .map_err(invalid)?;
             members.push(Member {
+                stream_token: StreamToken::default(),
                 endpoint: endpoint.clone(),
                 client: std::sync::Mutex::new(Unary::new(client)),
                 streams,
@@ -693,6 +716,7 @@ impl Connection {
                 endpoint: endpoint.clone(),
                 client: std::sync::Mutex::new(Unary::new(client.clone())),
                 streams: client,
+                stream_token: StreamToken::default(),
             }]
             .into(),
             preferred: Arc::new(AtomicUsize::new(0)),
@@ -895,8 +919,19 @@ impl Connection {
         let client = StreamClient {
             client: member.streams.clone(),
             credentials: self.credentials.clone(),
+            token: member.stream_token.clone(),
         };
         (client, member.endpoint.clone())
+    }
+
+    /// Makes the next stream opened on `endpoint` authenticate first: etcd refused a stream
+    /// for its token (expired, or revoked by a change of the auth store).
+    pub(crate) fn forget_stream_token(&self, endpoint: &str) {
+        if let Some(member) = self.members.iter().find(|m| m.endpoint == endpoint)
+            && let Ok(mut authenticated) = member.stream_token.try_lock()
+        {
+            *authenticated = None;
+        }
     }
 
     /// Makes endpoint `index` (modulo the number of endpoints) the preferred one: it has just

@@ -218,7 +218,12 @@ async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opene
                         return None;
                     }
                     Ok(Err(error)) => {
-                        tracing::debug!(%endpoint, %error, "opening the keepalive stream failed");
+                        let error = EtcdError::new("keepalive", &endpoint, error);
+                        if error.is_auth_failed() || error.is_permission_denied() {
+                            // Its stream token expired: the next opening there authenticates.
+                            connection.forget_stream_token(&endpoint);
+                        }
+                        tracing::debug!(%endpoint, error = %crate::error::chain(&error), "opening the keepalive stream failed");
                         next = next.min(clock::later(RETRY));
                     }
                     Err(_) => {

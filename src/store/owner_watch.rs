@@ -131,6 +131,24 @@ enum Restart {
 }
 
 impl Restart {
+    /// The endpoint whose stream token etcd refused, if this run ended so: a watch created with
+    /// an expired token is cancelled as "permission denied" (etcd checks the stream's token at
+    /// each creation), and an opening refused for its credentials. Whether the permission is
+    /// really missing, the snapshot of the next run says.
+    fn token_refused(&self) -> Option<&str> {
+        match self {
+            Restart::Cancelled {
+                endpoint, reason, ..
+            } if reason.contains("permission denied") || reason.contains("auth") => Some(endpoint),
+            Restart::Open(error) | Restart::Failed(error)
+                if error.is_auth_failed() || error.is_permission_denied() =>
+            {
+                Some(error.endpoint())
+            }
+            _ => None,
+        }
+    }
+
     /// The permission error, when etcd denies the store's user the owner keys: permanent.
     fn permission_denied(&self) -> Option<&EtcdError> {
         match self {
@@ -165,6 +183,9 @@ pub(super) async fn run(shared: Arc<StoreShared>) {
                     );
                     shared.refusal.refuse(denied.clone());
                     return;
+                }
+                if let Some(endpoint) = restart.token_refused() {
+                    shared.connection.forget_stream_token(endpoint);
                 }
                 tracing::debug!(reason = %chain(&restart), "owner watch restarting");
                 shared.metrics.watch_restart();
