@@ -316,16 +316,20 @@ impl Admin {
             self.namespace.tip_key(session),
             self.namespace.owner_key(session),
         ];
+        let first = crate::journal::first_record(&self.namespace.records_prefix(session));
         let response = self
             .connection
             .read("journal", |mut client: KvClient, _| {
-                let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
+                let mut ops = keys.clone().map(|key| TxnOp::get(key, None)).to_vec();
+                ops.push(first.clone());
+                let txn = Txn::new().and_then(ops);
                 async move { client.txn(txn).await }
             })
             .await
             .map_err(RetentionError::Etcd)?;
         let mut gets = crate::journal::gets(&response);
-        let (base, tip, owner) = (
+        let (base, tip, owner, first) = (
+            gets.next().flatten(),
             gets.next().flatten(),
             gets.next().flatten(),
             gets.next().flatten(),
@@ -333,11 +337,8 @@ impl Admin {
         Ok(JournalInfo {
             session,
             revision: response.header().map_or(0, |h| h.revision()),
-            base: match base {
-                Some(kv) => crate::journal::decode_base(kv.key(), kv.value())
-                    .map_err(RetentionError::Decode)?,
-                None => 1,
-            },
+            base: crate::journal::base_of(base.as_ref(), first.as_ref())
+                .map_err(RetentionError::Decode)?,
             tip: match tip {
                 Some(kv) => Some(
                     crate::journal::decode_tip(kv.key(), kv.value())

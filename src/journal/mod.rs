@@ -131,9 +131,9 @@ pub use check::{JournalCheck, Violation};
 pub(crate) use fence::{SeenTip, open};
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
-pub(crate) use record::{decode_base, decode_record, decode_tip, seq_of_key};
+pub(crate) use record::{decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
-pub(crate) use retention::{Authority, Retention};
+pub(crate) use retention::{Authority, Retention, base_of, first_record};
 pub use retention::{Deleted, TRIM_BATCH, Trimmed};
 
 /// etcd's limits, as the journal checks them before sending, and how many append
