@@ -442,7 +442,8 @@ impl Admin {
 
     /// Trims `session`'s journal to keep `before` and every record after it, as an operator:
     /// without the owner compare (see the [module docs](self)); in batches of
-    /// [`TRIM_BATCH`] records.
+    /// [`TRIM_BATCH`] records. Works under etcd's NOSPACE alarm too, with deletes only (see
+    /// [`Journal::trim`](crate::Journal::trim)).
     pub async fn trim(&self, session: Uuid, before: u64) -> Result<Trimmed, RetentionError> {
         self.retention(session).trim(before, TRIM_BATCH).await
     }
