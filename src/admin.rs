@@ -317,16 +317,20 @@ impl Admin {
             self.namespace.tip_key(session),
             self.namespace.owner_key(session),
         ];
+        let first = crate::journal::first_record(&self.namespace.records_prefix(session));
         let response = self
             .connection
             .read("journal", |mut client: KvClient, _| {
-                let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
+                let mut ops = keys.clone().map(|key| TxnOp::get(key, None)).to_vec();
+                ops.push(first.clone());
+                let txn = Txn::new().and_then(ops);
                 async move { client.txn(txn).await }
             })
             .await
             .map_err(RetentionError::Etcd)?;
         let mut gets = crate::journal::gets(&response);
-        let (base, tip, owner) = (
+        let (base, tip, owner, first) = (
+            gets.next().flatten(),
             gets.next().flatten(),
             gets.next().flatten(),
             gets.next().flatten(),
@@ -334,11 +338,8 @@ impl Admin {
         Ok(JournalInfo {
             session,
             revision: response.header().map_or(0, |h| h.revision()),
-            base: match base {
-                Some(kv) => crate::journal::decode_base(kv.key(), kv.value())
-                    .map_err(RetentionError::Decode)?,
-                None => 1,
-            },
+            base: crate::journal::base_of(base.as_ref(), first.as_ref())
+                .map_err(RetentionError::Decode)?,
             tip: match tip {
                 Some(kv) => Some(
                     crate::journal::decode_tip(kv.key(), kv.value())
@@ -442,7 +443,8 @@ impl Admin {
 
     /// Trims `session`'s journal to keep `before` and every record after it, as an operator:
     /// without the owner compare (see the [module docs](self)); in batches of
-    /// [`TRIM_BATCH`] records.
+    /// [`TRIM_BATCH`] records. Works under etcd's NOSPACE alarm too, with deletes only (see
+    /// [`Journal::trim`](crate::Journal::trim)).
     pub async fn trim(&self, session: Uuid, before: u64) -> Result<Trimmed, RetentionError> {
         self.retention(session).trim(before, TRIM_BATCH).await
     }

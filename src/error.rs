@@ -147,6 +147,17 @@ impl EtcdError {
         status_message(&self.source).is_some_and(|m| m.contains(ETCD_COMPACTED))
     }
 
+    /// Whether etcd refused the write for space (etcd's "mvcc: database space exceeded"): its
+    /// backend reached `--quota-backend-bytes` and its NOSPACE alarm is raised (this write
+    /// raised it, or it was raised already). Until an operator clears the alarm, etcd refuses
+    /// every write that puts a key or grants a lease, for every tenant of the cluster;
+    /// transactions that only delete, reads and lease renewals still pass. Nothing was
+    /// applied. Permanent until then (class [`Permanent`](FailureClass::Permanent)).
+    pub fn is_no_space(&self) -> bool {
+        self.code == Some(tonic::Code::ResourceExhausted)
+            && status_message(&self.source).is_some_and(|m| m.contains(ETCD_NO_SPACE))
+    }
+
     /// Whether etcd refused the request because the user lacks the permission (etcd's
     /// "permission denied": e.g. a key outside the prefixes its roles grant). Permanent.
     pub fn is_permission_denied(&self) -> bool {
@@ -570,6 +581,9 @@ const ETCD_TOO_MANY_REQUESTS: &str = "etcdserver: too many requests";
 const ETCD_NOT_CAPABLE: &str = "etcdserver: not capable";
 const ETCD_COMPACTED: &str = "required revision has been compacted";
 const ETCD_LEASE_NOT_FOUND: &str = "requested lease not found";
+/// etcd's `ErrGRPCNoSpace` (`codes.ResourceExhausted`): the NOSPACE alarm is raised, or this
+/// write would raise it.
+const ETCD_NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
 // The authentication failures (status code, message): the credentials are refused.
 const ETCD_AUTH_FAILED: &str = "etcdserver: authentication failed, invalid user ID or password";
 const ETCD_AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
@@ -840,6 +854,22 @@ mod tests {
         );
         assert!(AcquireError::Lost(crate::LossReason::Overtaken).is_transient());
         assert!(!AcquireError::StoreClosed.is_transient());
+    }
+
+    #[test]
+    fn a_write_refused_for_space_is_permanent_and_typed() {
+        use tonic::Status;
+        let error = |status| EtcdError::new("txn", "e", etcd_client::Error::GRpcStatus(status));
+        let full = error(Status::resource_exhausted(
+            "etcdserver: mvcc: database space exceeded",
+        ));
+        assert_eq!(full.class(), FailureClass::Permanent);
+        assert!(full.is_no_space() && !full.class().retry_write());
+        // etcd's other ResourceExhausted: not space.
+        let busy = error(Status::resource_exhausted("etcdserver: too many requests"));
+        assert!(!busy.is_no_space());
+        // The same words under another code are not etcd's refusal.
+        assert!(!error(Status::unknown("etcdserver: mvcc: database space exceeded")).is_no_space());
     }
 
     #[test]

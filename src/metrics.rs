@@ -19,6 +19,13 @@
 //! | `leasehold_append_txn_journals` | histogram | | journals per etcd transaction a store sends for appends (1: alone; more: shared across sessions), re-sends of the same transaction not counted |
 //! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
 //! | `leasehold_sessions_quarantined` | gauge | | sessions a `SessionHost` of the store keeps failing to open (quarantined: retried with backoff) |
+//! | `leasehold_nospace` | gauge | | 1 while etcd refuses the store's writes for space (its NOSPACE alarm), else 0 |
+//! | `leasehold_nospace_alarms_total` | counter | | times etcd's NOSPACE alarm stopped the store's writes: a write refused for space after one accepted (or none yet) |
+//!
+//! The NOSPACE pair follows what etcd answers the store's appends and acquisitions (see
+//! [`Store::nospace_alarm`](crate::Store::nospace_alarm)): a write refused with etcd's
+//! `mvcc: database space exceeded` raises it, the next write etcd accepts clears it, and other
+//! failures say nothing about space.
 //!
 //! Each append call counts once, under one `outcome`:
 //!
@@ -34,8 +41,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Label, SharedString, counter, gauge, histogram};
+use tokio::sync::watch;
 
-use crate::error::JournalWriteError;
+use crate::error::{EtcdError, JournalWriteError};
 use crate::keys::Namespace;
 use crate::lease::LossReason;
 
@@ -51,6 +59,8 @@ const APPEND_BATCH: &str = "leasehold_append_batch_records";
 const APPEND_TXN_JOURNALS: &str = "leasehold_append_txn_journals";
 const WATCH_RESTARTS: &str = "leasehold_watch_restarts_total";
 const SESSIONS_QUARANTINED: &str = "leasehold_sessions_quarantined";
+const NOSPACE: &str = "leasehold_nospace";
+const NOSPACE_ALARMS: &str = "leasehold_nospace_alarms_total";
 
 /// Gives every leasehold metric its unit and help text in the installed recorder.
 pub fn describe() {
@@ -88,17 +98,28 @@ pub fn describe() {
         SESSIONS_QUARANTINED,
         "Sessions a session host keeps failing to open, retried with backoff"
     );
+    describe_gauge!(
+        NOSPACE,
+        "1 while etcd refuses this store's writes for space (its NOSPACE alarm)"
+    );
+    describe_counter!(
+        NOSPACE_ALARMS,
+        "Times etcd's NOSPACE alarm stopped this store's writes"
+    );
 }
 
 /// The labels of one store, and the recording of its metrics.
 #[derive(Clone, Debug)]
 pub(crate) struct Metrics {
     labels: Arc<[Label]>,
+    /// Whether etcd's last answer to a write of this store was a refusal for space: kept to
+    /// count each alarm once, and shown by [`Store::nospace_alarm`](crate::Store::nospace_alarm).
+    nospace: Arc<watch::Sender<bool>>,
 }
 
 impl Metrics {
     pub(crate) fn new(node: &str, namespace: &Namespace) -> Self {
-        Self {
+        let metrics = Self {
             // Shared, so that each recording clones the labels without copying the strings.
             labels: Arc::from(vec![
                 Label::new("node", SharedString::from_shared(Arc::from(node))),
@@ -107,7 +128,10 @@ impl Metrics {
                     SharedString::from_shared(Arc::from(namespace.as_str())),
                 ),
             ]),
-        }
+            nospace: Arc::new(watch::Sender::new(false)),
+        };
+        gauge!(NOSPACE, metrics.labels()).set(0.0);
+        metrics
     }
 
     fn labels(&self) -> Vec<Label> {
@@ -148,6 +172,11 @@ impl Metrics {
         took: Duration,
     ) {
         let outcome = append_outcome(result, resolved_by_read);
+        match result {
+            Ok(_) => self.written(None),
+            Err(JournalWriteError::Etcd(error)) => self.written(Some(error)),
+            Err(_) => {}
+        }
         counter!(APPENDS, self.with("outcome", outcome)).increment(1);
         counter!(APPEND_RECORDS, self.with("outcome", outcome)).increment(records as u64);
         histogram!(APPEND_SECONDS, self.labels()).record(took.as_secs_f64());
@@ -169,6 +198,34 @@ impl Metrics {
     /// A session entered quarantine (`1.0`) or left it (`-1.0`).
     pub(crate) fn quarantined(&self, change: f64) {
         gauge!(SESSIONS_QUARANTINED, self.labels()).increment(change);
+    }
+
+    /// etcd answered a write that puts keys: it accepted it (`None`, a failed compare
+    /// included: etcd refuses such a transaction for space before looking at its compares),
+    /// or refused it with `error`. Follows etcd's NOSPACE alarm (see the [module docs](self)).
+    pub(crate) fn written(&self, refused: Option<&EtcdError>) {
+        let raised = match refused {
+            None => false,
+            Some(error) if error.is_no_space() => true,
+            Some(_) => return,
+        };
+        let mut was = raised;
+        // Receivers wake only on a change.
+        self.nospace.send_if_modified(|state| {
+            was = std::mem::replace(state, raised);
+            was != raised
+        });
+        if raised != was {
+            gauge!(NOSPACE, self.labels()).set(if raised { 1.0 } else { 0.0 });
+        }
+        if raised && !was {
+            counter!(NOSPACE_ALARMS, self.labels()).increment(1);
+        }
+    }
+
+    /// Whether etcd refuses this store's writes for space, as its last answer said.
+    pub(crate) fn nospace(&self) -> watch::Receiver<bool> {
+        self.nospace.subscribe()
     }
 }
 
@@ -204,6 +261,33 @@ mod tests {
     use super::*;
     use crate::error::{AppendError, EtcdError};
     use crate::lease::Epoch;
+
+    #[test]
+    fn a_refusal_for_space_raises_the_nospace_alarm_and_an_accepted_write_clears_it() {
+        let metrics = Metrics::new("n", &Namespace::default());
+        let nospace = metrics.nospace();
+        let status = |status| EtcdError::new("txn", "e", etcd_client::Error::GRpcStatus(status));
+        let full = status(tonic::Status::resource_exhausted(
+            "etcdserver: mvcc: database space exceeded",
+        ));
+        let timeout = EtcdError::timed_out("txn", "e", Duration::from_secs(1));
+        assert!(!*nospace.borrow());
+        metrics.written(Some(&full));
+        assert!(*nospace.borrow());
+        // Other failures say nothing about space.
+        metrics.written(Some(&timeout));
+        assert!(*nospace.borrow());
+        metrics.written(None);
+        assert!(!*nospace.borrow());
+        metrics.written(Some(&timeout));
+        assert!(!*nospace.borrow());
+        // Through appends: an etcd refusal raises it, an appended record clears it.
+        let refused = Err::<(), _>(JournalWriteError::Etcd(full));
+        metrics.append(&refused, false, 1, Duration::ZERO);
+        assert!(*nospace.borrow());
+        metrics.append(&Ok(()), false, 1, Duration::ZERO);
+        assert!(!*nospace.borrow());
+    }
 
     #[test]
     fn an_append_counts_under_one_outcome() {

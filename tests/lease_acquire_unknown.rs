@@ -151,6 +151,7 @@ async fn a_full_etcd_refuses_acquisitions_with_an_etcd_error_not_a_lost_node_lea
         other => panic!("expected an etcd error, got {other:?}"),
     }
     assert!(store.is_node_lease_valid(), "the node lease is fine");
+    assert!(*store.nospace_alarm().borrow(), "the store says NOSPACE");
     raw.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
         .await
         .unwrap();
@@ -158,6 +159,10 @@ async fn a_full_etcd_refuses_acquisitions_with_an_etcd_error_not_a_lost_node_lea
         .acquire_lease(Uuid::new_v4())
         .await
         .expect("writes go through once the alarm is cleared");
+    assert!(
+        !*store.nospace_alarm().borrow(),
+        "and no longer says NOSPACE"
+    );
 }
 
 /// An acquisition whose caller goes away while its transaction is in flight (its reply is

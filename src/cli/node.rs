@@ -21,6 +21,11 @@
 //! [   9.001s] node-a released session=…
 //! ```
 //!
+//! When etcd's NOSPACE alarm stops its writes it says so once, at WARN on stderr (how many
+//! sessions it blocks and the operator's way out), `/readyz` answers 503 and the metrics
+//! `leasehold_nospace` and `leasehold_nospace_alarms_total` show it; the heartbeats go on
+//! failing until etcd takes writes again, then resume by themselves, and it says that too.
+//!
 //! With `--print-appends` it also prints one line per heartbeat append, once its result is
 //! known: enough to rebuild the payload and hold the journal to what the node was told.
 //!
@@ -69,7 +74,8 @@ pub(crate) struct NodeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics, with /healthz (the process is up) and
-    /// /readyz (503 while the node lease is not valid), e.g. `127.0.0.1:9464`.
+    /// /readyz (503 while the node lease is not valid or etcd refuses writes for space), e.g.
+    /// `127.0.0.1:9464`.
     #[arg(long, value_name = "ADDR", env = "LEASEHOLD_METRICS_ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -208,6 +214,7 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     let refused = tokio::select! {
         () = wait_for_signal() => None,
         error = store.refused() => Some(error),
+        () = say_nospace(&store, &host) => None,
     };
     timeline.say(&name, "shutting down");
     host.shutdown().await;
@@ -241,6 +248,43 @@ pub(crate) async fn wait_for_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// Says once at WARN when etcd's NOSPACE alarm stops this node's writes, and once when etcd
+/// takes them again (etcd itself logs its "alarm disarmed" at WARN). Never returns.
+async fn say_nospace(store: &leasehold::Store, host: &SessionHost) {
+    let mut nospace = store.nospace_alarm();
+    let mut since: Option<Instant> = None;
+    while nospace.changed().await.is_ok() {
+        let raised = *nospace.borrow_and_update();
+        match (raised, since) {
+            (true, None) => {
+                since = Some(Instant::now());
+                let sessions = host.held_count();
+                tracing::warn!(
+                    sessions,
+                    "etcd raised its NOSPACE alarm (its database reached \
+                     --quota-backend-bytes): it refuses every write of every tenant, so the \
+                     {sessions} sessions this node owns cannot append and no session can be \
+                     acquired. The way out: trim or delete journals (leasehold journal trim, \
+                     leasehold journal delete), compact etcd's history, defragment each member, \
+                     then disarm the alarm (etcdctl alarm disarm); see docs/production.md, \
+                     \"Quota and the NOSPACE alarm\". Appends resume by themselves once the \
+                     alarm is disarmed."
+                );
+            }
+            (false, Some(raised)) => {
+                since = None;
+                tracing::warn!(
+                    "etcd takes writes again after {:.1?} of NOSPACE: appends resume",
+                    raised.elapsed()
+                );
+            }
+            _ => {}
+        }
+    }
+    // The store outlives this node's run: its sender is never dropped while we wait.
+    std::future::pending().await
 }
 
 /// One line per host event.

@@ -1,5 +1,6 @@
 //! `--metrics-addr`: Prometheus text at `/metrics`, `/healthz` (the process is up) and
-//! `/readyz` (200 while the node lease is valid, 503 while it is not).
+//! `/readyz` (200 while the node lease is valid and etcd takes the node's writes; 503 while the
+//! node lease is not valid, or while etcd refuses its writes for space: its NOSPACE alarm).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,13 +48,19 @@ pub(crate) fn serve(
         .route(
             "/readyz",
             get(move || async move {
-                if store.is_node_lease_valid() {
-                    (StatusCode::OK, "ready\n")
-                } else {
+                if !store.is_node_lease_valid() {
                     (
                         StatusCode::SERVICE_UNAVAILABLE,
                         "the node lease is not valid\n",
                     )
+                } else if *store.nospace_alarm().borrow() {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "etcd refuses writes: its NOSPACE alarm is raised (trim, compact, \
+                         defragment, disarm: see docs/production.md)\n",
+                    )
+                } else {
+                    (StatusCode::OK, "ready\n")
                 }
             }),
         );

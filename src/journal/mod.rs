@@ -84,11 +84,14 @@
 //! [`Admin::trim`](crate::admin::Admin::trim)) and a finished session's journal deleted
 //! ([`Store::delete_journal`](crate::Store::delete_journal),
 //! [`Admin::delete_journal`](crate::admin::Admin::delete_journal)). `{ns}/journals/{s}/base`
-//! holds the first sequence number kept (absent: 1); a trim moves it and deletes the records
-//! below it in one transaction, in batches of [`TRIM_BATCH`], comparing the base as read and,
-//! for the owner, the owner key's epoch. It never touches the tip, so it never fences the
-//! writer; the last record is always kept. Replays start at the base, and a gap below it is a
-//! trim, not a loss. A trim may remove the records of an append whose reply has not come back
+//! holds the first sequence number kept (absent: the first record, 1 for a journal never
+//! trimmed); a trim moves it and deletes the records below it in one transaction, in batches
+//! of [`TRIM_BATCH`], comparing the base as read and, for the owner, the owner key's epoch. It
+//! never touches the tip, so it never fences the writer; the last record is always kept.
+//! Replays start at the base, and a gap below it is a trim, not a loss. Under etcd's NOSPACE
+//! alarm, which refuses every transaction that puts a key, a trim goes on with deletes only:
+//! it deletes the base key with the records, and the journal starts at its first record until
+//! a later trim writes the base key again. A trim may remove the records of an append whose reply has not come back
 //! yet: the append then still finds its outcome by the tip, which names the last append. An
 //! append whose records were trimmed after another append moved the tip on, or whose journal
 //! was deleted meanwhile, is reported [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown),
@@ -131,9 +134,9 @@ pub use check::{JournalCheck, Violation};
 pub(crate) use fence::{SeenTip, open};
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
-pub(crate) use record::{decode_base, decode_record, decode_tip, seq_of_key};
+pub(crate) use record::{decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
-pub(crate) use retention::{Authority, Retention};
+pub(crate) use retention::{Authority, Retention, base_of, first_record};
 pub use retention::{Deleted, TRIM_BATCH, Trimmed};
 
 /// etcd's limits, as the journal checks them before sending, and how many append
@@ -663,6 +666,9 @@ impl Journal {
     /// record after it, under this journal's epoch (see the [retention](self#retention)
     /// protocol). It never fences appends, and may run while they go on. Idempotent: a journal
     /// already trimmed that far is left as it is.
+    ///
+    /// Works under etcd's NOSPACE alarm too (with deletes only), so that trimming can free a
+    /// full etcd: see the [retention](self#retention) protocol.
     ///
     /// Fails with [`BeyondTip`](RetentionError::BeyondTip) past the last record (always kept),
     /// [`NotOwner`](RetentionError::NotOwner) when the session is no longer owned at this

@@ -9,7 +9,8 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, Stream};
 
 use super::ReplayOptions;
-use super::record::{Record, decode_base, decode_record, seq_of_key};
+use super::record::{Record, decode_record, seq_of_key};
+use super::retention::{base_of, first_record};
 use crate::connection::Connection;
 use crate::error::ReplayError;
 
@@ -25,7 +26,9 @@ struct Page {
 ///
 /// The first page fixes the snapshot revision (a linearizable read, which also reads the
 /// journal's base); every later page reads at that revision. A trimmed journal's records start
-/// at its [`base`](Self::base): the records below it were trimmed, not lost. Memory is bounded by one page: at most `page_records` records, and fewer when
+/// at its [`base`](Self::base): the records below it were trimmed, not lost. (A journal trimmed
+/// while etcd refused puts for space has no base key until a later trim writes it again: its
+/// base is then its first record; see [`retention`](super::retention).) Memory is bounded by one page: at most `page_records` records, and fewer when
 /// records are large, so that a page stays near `page_bytes`.
 pub struct Replay {
     connection: Connection,
@@ -150,14 +153,16 @@ impl Replay {
         .boxed()
     }
 
-    /// The first page: one linearizable transaction reads the base and the first records,
-    /// and fixes the snapshot revision.
+    /// The first page: one linearizable transaction reads the base (the base key, and the first
+    /// record for a journal without one) and the first records, and fixes the snapshot
+    /// revision.
     fn fetch_first(&self) -> BoxFuture<'static, Result<Page, ReplayError>> {
         let connection = self.connection.clone();
-        let (from, to, base_key) = (
+        let (from, to, base_key, prefix) = (
             self.next_key.clone(),
             self.range_end.clone(),
             self.base_key.clone(),
+            self.prefix.clone(),
         );
         let limit = etcd_limit(self.page_limit());
         async move {
@@ -165,6 +170,7 @@ impl Replay {
                 .read("replay", |mut client: KvClient, _| {
                     let txn = Txn::new().and_then([
                         TxnOp::get(base_key.clone(), None),
+                        first_record(&prefix),
                         TxnOp::get(
                             from.clone(),
                             Some(GetOptions::new().with_range(to.clone()).with_limit(limit)),
@@ -181,11 +187,13 @@ impl Replay {
                     TxnOpResponse::Get(get) => Some(get),
                     _ => None,
                 });
-            let (base, records) = (ranges.next(), ranges.next());
-            let base = match base.as_ref().and_then(|get| get.kvs().first()) {
-                Some(kv) => Some(decode_base(kv.key(), kv.value()).map_err(ReplayError::Decode)?),
-                None => Some(1),
-            };
+            let (base, first, records) = (ranges.next(), ranges.next(), ranges.next());
+            let base = base_of(
+                base.as_ref().and_then(|get| get.kvs().first()),
+                first.as_ref().and_then(|get| get.kvs().first()),
+            )
+            .map(Some)
+            .map_err(ReplayError::Decode)?;
             Ok(Page {
                 revision: response.header().map_or(0, |h| h.revision()),
                 base,

@@ -91,6 +91,14 @@ impl StoreShared {
             Err(AcquireError::Held(_)) => metrics.acquisition("held"),
             Err(_) => metrics.acquisition("failed"),
         }
+        match &acquired {
+            // The acquire transaction puts. Held: etcd answered it (its compare failed), which
+            // it does only while it accepts puts (or, rarely, a read settled an unknown
+            // outcome: the next write says again).
+            Ok(_) | Err(AcquireError::Held(_)) => metrics.written(None),
+            Err(AcquireError::Etcd(error)) => metrics.written(Some(error)),
+            Err(_) => {}
+        }
         acquired
     }
 

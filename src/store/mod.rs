@@ -510,6 +510,16 @@ impl Store {
             .is_some_and(|node| node.is_valid())
     }
 
+    /// Whether etcd refuses this store's writes for space, and when that changes: `true` from
+    /// an append or acquisition etcd refused because its NOSPACE alarm is raised
+    /// ([`EtcdError::is_no_space`](crate::EtcdError::is_no_space)) until the next one it
+    /// accepts. Under the alarm etcd refuses every write that puts a key, for every tenant;
+    /// trims and deletes of journals still pass (see [`Journal::trim`](crate::Journal::trim)).
+    /// Also the metrics `leasehold_nospace` and `leasehold_nospace_alarms_total`.
+    pub fn nospace_alarm(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.metrics.nospace()
+    }
+
     /// The TTL etcd granted the node lease.
     pub fn ttl(&self) -> Duration {
         self.shared.ttl

@@ -269,3 +269,5 @@ pub(crate) async fn terminate(
         .expect("it exits on SIGTERM")
         .expect("its status")
 }
+
+pub(crate) mod nospace;
