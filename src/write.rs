@@ -11,10 +11,15 @@
 //! - After a failed attempt the same transaction (same nonce, same compares) is sent again to
 //!   the next endpoint, after a jittered, growing pause if it failed fast (none if it got no
 //!   answer in time: it has waited already), each re-send bounded by
-//!   [`WritePolicy::resend_timeout`] (500 ms by default): once a send went unanswered the
-//!   cluster is likely electing, and a shorter wait finds the new leader sooner. Re-sending is
-//!   always safe: every transaction leasehold writes carries compares under which at most one
-//!   of its sends can ever apply.
+//!   [`WritePolicy::resend_timeout`] (250 ms by default): once a send went unanswered the
+//!   cluster is likely electing, and a shorter wait finds the new leader sooner (a re-send in
+//!   flight when the new leader is elected waits out its timeout; measured after leader kills,
+//!   `tests/liveness_leader_kills.rs`: the next append comes 250 ms after the election at
+//!   worst, against 500 ms with a 500 ms re-send timeout). After [`PATIENT_AFTER`] re-sends in a
+//!   row got no answer in time, each waits twice as long as the one before (up to the first
+//!   attempt's timeout): a cluster that answers slowly rather than not at all still gets
+//!   through. Re-sending is always safe: every transaction leasehold writes carries compares
+//!   under which at most one of its sends can ever apply.
 //! - It goes on for as long as the caller's condition holds (a journal: while its lease is
 //!   valid; an acquisition: while the node lease is). When the condition fails and some send's
 //!   outcome is unknown, one linearizable read (the caller's) settles it where it can.
@@ -37,12 +42,13 @@ use crate::error::{EtcdError, FailureClass};
 pub struct WritePolicy {
     /// How long the first attempt may take before its outcome counts as unknown. Default 1 s.
     pub attempt_timeout: Duration,
-    /// How long each re-send may take. Default 500 ms.
+    /// How long each re-send may take (after [`PATIENT_AFTER`] unanswered re-sends in a row,
+    /// twice as long each time, up to `attempt_timeout`). Default 250 ms.
     pub resend_timeout: Duration,
     /// The pause after the first failed attempt; it doubles (with jitter) after each. Default
     /// 20 ms.
     pub initial_backoff: Duration,
-    /// The longest pause between attempts. Default 250 ms.
+    /// The longest pause between attempts. Default 100 ms.
     pub max_backoff: Duration,
 }
 
@@ -50,9 +56,9 @@ impl Default for WritePolicy {
     fn default() -> Self {
         Self {
             attempt_timeout: Duration::from_secs(1),
-            resend_timeout: Duration::from_millis(500),
+            resend_timeout: Duration::from_millis(250),
             initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_millis(100),
         }
     }
 }
@@ -85,6 +91,20 @@ impl WritePolicy {
             .without_max_times()
             .build()
     }
+}
+
+/// After this many re-sends in a row got no answer in time, each waits twice as long as the
+/// one before (see the module docs): 2 s of silence at the default re-send timeout, longer than
+/// a leader's death takes to notice.
+pub(crate) const PATIENT_AFTER: u32 = 8;
+
+/// The timeout of the next re-send, after `timed_out` re-sends in a row got no answer in time.
+fn resend_timeout(policy: &WritePolicy, timed_out: u32) -> Duration {
+    let first = policy.resend_timeout.min(policy.attempt_timeout);
+    let doublings = timed_out.saturating_sub(PATIENT_AFTER - 1).min(16);
+    first
+        .saturating_mul(1 << doublings)
+        .min(policy.attempt_timeout.max(first))
 }
 
 /// What the sends of one transaction have come to so far.
@@ -229,6 +249,8 @@ pub(crate) async fn send(
     // This write's own endpoint: after a failure the next one, whatever other writes do.
     let mut endpoint = connection.preferred_index();
     let mut timeout = policy.attempt_timeout;
+    // Re-sends made so far, and how many in a row (the last ones) got no answer in time.
+    let (mut resends, mut timed_out) = (0u32, 0u32);
     loop {
         let attempt = tokio::select! {
             attempt = connection.attempt_on(endpoint, operation, timeout, |mut client| {
@@ -261,17 +283,27 @@ pub(crate) async fn send(
                 sends = now;
                 // An attempt that got no answer has waited already: move on at once. Fast
                 // failures (refused, no leader) back off.
-                let pause = if error.code() == Some(tonic::Code::DeadlineExceeded) {
+                let unanswered = error.code() == Some(tonic::Code::DeadlineExceeded);
+                let pause = if unanswered {
                     Duration::ZERO
                 } else {
                     backoff.next().unwrap_or(policy.max_backoff)
                 };
+                // Only re-sends count (the first attempt has a timeout of its own).
+                if resends > 0 {
+                    timed_out = if unanswered {
+                        timed_out.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+                resends = resends.saturating_add(1);
                 if kind == Attempt::Unknown {
                     // The first unknown failure is the one that may have applied.
                     unknown.get_or_insert(error);
                 }
                 endpoint = (endpoint + 1) % connection.len();
-                timeout = policy.resend_timeout.min(policy.attempt_timeout);
+                timeout = resend_timeout(policy, timed_out);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => {}
@@ -412,6 +444,30 @@ mod tests {
             );
             assert_eq!(next(sends, Attempt::Unknown, false), Next::Resolve);
         }
+    }
+
+    #[test]
+    fn re_sends_are_short_until_a_run_of_them_goes_unanswered_then_double_up_to_the_first() {
+        let policy = WritePolicy::default();
+        let ms = Duration::from_millis;
+        for timed_out in 0..PATIENT_AFTER {
+            assert_eq!(resend_timeout(&policy, timed_out), ms(250), "{timed_out}");
+        }
+        assert_eq!(resend_timeout(&policy, PATIENT_AFTER), ms(500));
+        assert_eq!(resend_timeout(&policy, PATIENT_AFTER + 1), ms(1000));
+        assert_eq!(
+            resend_timeout(&policy, PATIENT_AFTER + 2),
+            ms(1000),
+            "capped"
+        );
+        assert_eq!(resend_timeout(&policy, u32::MAX), ms(1000));
+        // Extremes neither panic nor exceed the first attempt's timeout.
+        let huge = WritePolicy::default()
+            .with_resend_timeout(Duration::MAX)
+            .with_attempt_timeout(Duration::MAX);
+        assert_eq!(resend_timeout(&huge, u32::MAX), Duration::MAX);
+        let zero = WritePolicy::default().with_resend_timeout(Duration::ZERO);
+        assert_eq!(resend_timeout(&zero, u32::MAX), Duration::ZERO);
     }
 
     #[test]
