@@ -227,16 +227,22 @@ async fn a_takeover_of_one_session_under_shared_transactions_fences_only_its_cal
     println!("{events} events checked");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_store_keeps_at_most_its_in_flight_transactions_and_the_waiting_appends_share_the_next() {
-    let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+/// Store a, through `proxy`, with one append transaction in flight: the appends that wait for
+/// it share the next.
+async fn one_slot_store(etcd: &common::Etcd, proxy: &FaultProxy) -> Store {
     let options = leasehold::StoreOptions::new([proxy.endpoint()])
         .with_namespace(etcd.ns.clone())
         .with_node("a")
         .with_ttl(Duration::from_secs(30), Duration::from_secs(1))
-        .with_journal_limits(leasehold::JournalLimits::default().with_in_flight(1));
-    let a = Store::connect(options).await.unwrap();
+        .with_journal_limits(JournalLimits::default().with_in_flight(1));
+    Store::connect(options).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_keeps_at_most_its_in_flight_transactions_and_the_waiting_appends_share_the_next() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let a = one_slot_store(&etcd, &proxy).await;
     let held = hold(&a, 16).await;
 
     // The first append takes the one transaction in flight, and is held; the 15 others wait.
@@ -342,13 +348,7 @@ struct Unheard {
 async fn committed_unheard(sessions: usize) -> Unheard {
     let etcd = common::Etcd::start().await;
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    // One append transaction in flight on a: the appends that wait for it share the next.
-    let options = leasehold::StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("a")
-        .with_ttl(Duration::from_secs(30), Duration::from_secs(1))
-        .with_journal_limits(JournalLimits::default().with_in_flight(1));
-    let a = Store::connect(options).await.unwrap();
+    let a = one_slot_store(&etcd, &proxy).await;
     let mut held = hold(&a, sessions + 1).await;
     let plug = held.pop().expect("one more held");
 
