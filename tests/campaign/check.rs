@@ -113,14 +113,7 @@ async fn revision_order(
     epochs.sort();
     epochs.dedup();
     let prefix = namespace.records_prefix(session);
-    let keys = match raw
-        .clone()
-        .get(
-            prefix.as_str(),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
-        )
-        .await
-    {
+    let keys = match record_keys(raw, &prefix).await {
         Ok(keys) => keys,
         Err(error) => return vec![format!("reading the record keys failed: {error}")],
     };
@@ -193,4 +186,26 @@ fn validity(history: &History, entries: &[Entry]) -> Vec<String> {
         }
     }
     found
+}
+
+/// The keys under `prefix` (keys only). etcd-client balances one channel over every member and
+/// never fails over, so a member still down or just restarted after the campaign's last fault
+/// fails about one read in three: the read is tried again, on whichever member answers, for up
+/// to 10 s.
+async fn record_keys(
+    raw: &etcd_client::Client,
+    prefix: &str,
+) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+    let options = || Some(GetOptions::new().with_prefix().with_keys_only());
+    let mut tries = 0;
+    loop {
+        match raw.clone().get(prefix, options()).await {
+            Ok(keys) => return Ok(keys),
+            Err(error) if tries >= 40 => return Err(error),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+    }
 }
