@@ -10,39 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::nospace;
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use common::{get, sample};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 use tokio::time::Instant;
-
-/// A plain HTTP/1.1 GET: (status, body).
-async fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("an HTTP status: {response}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The value of the series of `name` whose labels include `labels`.
-fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|line| {
-            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
-        })
-        .find(|line| labels.iter().all(|label| line.contains(label)))
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-}
 
 /// Lines of a child's output, each with the instant it was read.
 type Lines = Arc<Mutex<Vec<(Instant, String)>>>;

@@ -271,3 +271,35 @@ pub(crate) async fn terminate(
 }
 
 pub(crate) mod nospace;
+
+/// A plain HTTP/1.1 GET of `path` on `addr` (a node's metrics and health server): (status,
+/// body).
+pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP status: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the series of `name` in a Prometheus `scrape` whose labels include `labels`.
+pub(crate) fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .find(|line| labels.iter().all(|label| line.contains(label)))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
