@@ -42,7 +42,7 @@ use crate::error::{EtcdError, FailureClass};
 pub struct WritePolicy {
     /// How long the first attempt may take before its outcome counts as unknown. Default 1 s.
     pub attempt_timeout: Duration,
-    /// How long each re-send may take (after [`PATIENT_AFTER`] unanswered re-sends in a row,
+    /// How long each re-send may take (after 8 unanswered re-sends in a row,
     /// twice as long each time, up to `attempt_timeout`). Default 250 ms.
     pub resend_timeout: Duration,
     /// The pause after the first failed attempt; it doubles (with jitter) after each. Default

@@ -28,7 +28,7 @@ struct Page {
 /// journal's base); every later page reads at that revision. A trimmed journal's records start
 /// at its [`base`](Self::base): the records below it were trimmed, not lost. (A journal trimmed
 /// while etcd refused puts for space has no base key until a later trim writes it again: its
-/// base is then its first record; see [`retention`](super::retention).) Memory is bounded by one page: at most `page_records` records, and fewer when
+/// base is then its first record; see [`Journal::trim`](crate::Journal::trim).) Memory is bounded by one page: at most `page_records` records, and fewer when
 /// records are large, so that a page stays near `page_bytes`.
 pub struct Replay {
     connection: Connection,
