@@ -1174,6 +1174,9 @@ pub async fn etcd_metric(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::deadline::{FOREVER, any_duration};
+
     #[test]
     fn versions_before_the_minimum_are_old_and_garbage_is_not() {
         for old in ["3.4.23", "3.5.16", "3.5.27", "2.3.8", "3.5.0-rc.1"] {
@@ -1191,19 +1194,6 @@ mod tests {
         ] {
             assert!(!older_than_minimum(fine), "{fine}");
         }
-    }
-
-    use super::*;
-    use crate::deadline::FOREVER;
-
-    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
-        use proptest::prelude::*;
-        prop_oneof![
-            Just(Duration::ZERO),
-            Just(Duration::MAX),
-            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-            (0u64..10_000_000_000).prop_map(Duration::from_nanos),
-        ]
     }
 
     proptest::proptest! {

@@ -25,20 +25,23 @@ pub(crate) fn doubled(backoff: Duration, max: Duration) -> Duration {
     backoff.saturating_mul(2).min(max)
 }
 
+/// Any duration a caller may give, the extremes included: for property tests of what takes
+/// one.
+#[cfg(test)]
+pub(crate) fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(FOREVER),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        (0u64..1_000_000_000_000).prop_map(Duration::from_nanos),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
-        use proptest::prelude::*;
-        prop_oneof![
-            Just(Duration::ZERO),
-            Just(Duration::MAX),
-            Just(FOREVER),
-            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-            (0u64..1_000_000_000_000).prop_map(Duration::from_nanos),
-        ]
-    }
 
     proptest::proptest! {
         /// Any timeout makes a deadline no earlier than `now`, exactly `timeout` later when

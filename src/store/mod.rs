@@ -944,6 +944,7 @@ impl StoreShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deadline::any_duration;
     use crate::journal::MAX_IN_FLIGHT;
 
     proptest::proptest! {
@@ -968,16 +969,6 @@ mod tests {
                 proptest::prop_assert!(invalid);
             }
         }
-    }
-
-    fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
-        use proptest::prelude::*;
-        prop_oneof![
-            Just(Duration::ZERO),
-            Just(Duration::MAX),
-            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-            (0u64..10_000_000_000).prop_map(Duration::from_nanos),
-        ]
     }
 
     fn any_count() -> impl proptest::strategy::Strategy<Value = usize> {
