@@ -625,7 +625,14 @@ pub struct Connection {
     credentials: Option<Arc<Credentials>>,
     /// The member that answered the first status request, if one was made.
     answered: Option<Arc<MemberStatus>>,
+    /// How long one attempt of a request made through [`call`](Self::call) may take, whatever
+    /// client it goes through (a client built by the user may have no timeout of its own).
+    request_timeout: Duration,
 }
+
+/// The request timeout of a connection through a client the user built, until
+/// [`Connection::with_request_timeout`] sets another: the same as [`ConnectOptions::new`]'s.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -649,9 +656,13 @@ impl Connection {
         let stream_options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
             // HTTP/2 pings find dead connections; etcd drops clients that ping more often than
-            // every 5 s.
+            // every 5 s (`--grpc-keepalive-min-time`). Only while a request or stream is open:
+            // etcd takes a ping on a connection with none for a strike, and closes the
+            // connection (`GOAWAY too_many_pings`) after the third, about 40 s into idleness
+            // (tests/connection_idle_pings.rs). An idle connection needs no pings: each
+            // request is bounded by its timeout, and one that gets no answer reconnects.
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true)
+            .with_keep_alive_while_idle(false)
             // A member cut off from the leader fails fast with "no leader" (definitely not
             // applied) instead of stalling, and cancels watches rather than starving them.
             .with_require_leader(true)
@@ -693,6 +704,7 @@ impl Connection {
             client_options: Some(client_options),
             credentials: options.credentials.map(Arc::new),
             answered: None,
+            request_timeout: options.request_timeout,
         };
         connection
             .answering(
@@ -706,9 +718,15 @@ impl Connection {
     /// A connection through `client`, an `etcd_client::Client` you built yourself (your own
     /// TLS, interceptors or authentication), checked like [`connect`](Self::connect)'s. It
     /// counts as one endpoint: etcd-client balances it over the members it was given, and no
-    /// request fails over to another client. Give the client no request timeout of its own
-    /// (leasehold bounds each request); leasehold never replaces it, and authenticates nothing
-    /// (the client carries its own credentials).
+    /// request fails over to another client. leasehold never replaces it, and authenticates
+    /// nothing (the client carries its own credentials).
+    ///
+    /// Every request leasehold makes through it is bounded by leasehold itself: each attempt
+    /// of a read or a write by the request timeout (5 s, or
+    /// [`with_request_timeout`](Self::with_request_timeout)), writes by the
+    /// [`WritePolicy`](crate::WritePolicy), reads by the retry policy's deadline, stream
+    /// openings by their own timeouts. A timeout set on the client with etcd-client's
+    /// `with_timeout` bounds its requests too (the shorter wins); it is not needed.
     pub async fn from_client(client: Client, retry: RetryPolicy) -> Result<Self, ConnectError> {
         let endpoint = "your etcd client".to_owned();
         let connection = Self {
@@ -724,10 +742,18 @@ impl Connection {
             client_options: None,
             credentials: None,
             answered: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         };
         connection
             .answering(endpoint, None, Duration::from_secs(3))
             .await
+    }
+
+    /// Sets how long one attempt of a request may take before it fails as outcome unknown
+    /// (a read is then retried, within the retry policy's deadline; a write is not).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// This connection, once some endpoint has answered a `status` request (retried within the
@@ -1050,7 +1076,9 @@ impl Connection {
         }
     }
 
-    /// Runs an idempotent request, failing over between endpoints (see [`Connection`]).
+    /// Runs an idempotent request, failing over between endpoints (see [`Connection`]). Each
+    /// attempt is bounded by the request timeout, and no retry starts after the retry policy's
+    /// deadline: it returns within the deadline plus one request timeout.
     pub(crate) async fn read<C: Part, T, F, Fut>(
         &self,
         operation: &'static str,
@@ -1063,7 +1091,8 @@ impl Connection {
         self.call(operation, FailureClass::retry_read, f).await
     }
 
-    /// Runs a write, re-sending it only while its failures prove it was not applied.
+    /// Runs a write, re-sending it only while its failures prove it was not applied; each
+    /// attempt bounded by the request timeout, as [`read`](Self::read)'s.
     pub(crate) async fn write<C: Part, T, F, Fut>(
         &self,
         operation: &'static str,
@@ -1096,13 +1125,26 @@ impl Connection {
             let member = &self.members[index];
             let sent =
                 Box::pin(async { f(self.unary(member).await?, member.endpoint.clone()).await });
-            match sent.await {
+            // Bounded here whatever the client is: one built by the user may have no timeout.
+            let answered = match tokio::time::timeout(self.request_timeout, sent).await {
+                Ok(answered) => {
+                    answered.map_err(|e| EtcdError::new(operation, &member.endpoint, e))
+                }
+                Err(_) => {
+                    Box::pin(self.reconnect(member)).await;
+                    Err(EtcdError::timed_out(
+                        operation,
+                        &member.endpoint,
+                        self.request_timeout,
+                    ))
+                }
+            };
+            match answered {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(value);
                 }
-                Err(source) => {
-                    let error = EtcdError::new(operation, &member.endpoint, source);
+                Err(error) => {
                     attempt += 1;
                     let pause = if attempt.is_multiple_of(n) {
                         backoff
@@ -1134,12 +1176,17 @@ fn pause_fits(pause: Duration, now: Instant, deadline: Instant) -> bool {
     deadline.saturating_duration_since(now) > pause
 }
 
+/// How long [`etcd_metric`] waits for a member's metrics page.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The value of one Prometheus metric that an etcd member serves at `{endpoint}/metrics`
 /// (plain `http://` endpoints), summed over every series whose name is `name` and whose labels
 /// include all of `labels` (`key="value"` strings). `None` when no series matches.
 ///
 /// etcd counts what it serves, e.g. `grpc_server_msg_received_total` with
 /// `grpc_method="LeaseKeepAlive"`: how a client's load looks from the server.
+///
+/// The scrape, connecting included, is given up after 5 s (an `io::ErrorKind::TimedOut`).
 pub async fn etcd_metric(
     endpoint: &str,
     name: &str,
@@ -1150,12 +1197,23 @@ pub async fn etcd_metric(
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&address).await?;
-    stream
-        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
-        .await?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await?;
+    let scrape = async {
+        let mut stream = tokio::net::TcpStream::connect(&address).await?;
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        Ok::<_, std::io::Error>(body)
+    };
+    let body = tokio::time::timeout(METRICS_TIMEOUT, scrape)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{address}/metrics: no answer within {METRICS_TIMEOUT:?}"),
+            )
+        })??;
     let mut total = None;
     for line in body.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {

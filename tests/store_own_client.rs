@@ -1,12 +1,14 @@
 //! `Store::connect_with_client`: a store on an `etcd_client::Client` the user built (here with
 //! TLS and a user of its own) does everything a store does: acquire, fence, append, replay,
-//! and lose its lease when the owner key is deleted from outside.
+//! and lose its lease when the owner key is deleted from outside; and every request it makes
+//! through that client is bounded, though the client has no timeout of its own.
 
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use leasehold::testing::{EtcdNode, TestCertificates, random_namespace};
-use leasehold::{LossReason, Record, Store, StoreError, StoreOptions, Uuid};
+use leasehold::admin::Admin;
+use leasehold::testing::{EtcdNode, FaultProxy, TestCertificates, random_namespace};
+use leasehold::{LossReason, Record, RetryPolicy, Store, StoreError, StoreOptions, Uuid};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_on_the_users_own_client_works_end_to_end() {
@@ -90,4 +92,81 @@ async fn a_client_that_reaches_nothing_fails_to_connect_typed() {
         "a connect error: {error:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(10), "bounded");
+}
+
+/// A client built with no request timeout of its own, as `Connection::from_client` advises,
+/// whose member goes silent (a blackhole: connections stay open, nothing answers): every
+/// request leasehold makes through it still ends, within the retry deadline plus one request
+/// timeout, with an etcd error. Without leasehold's own bound each of these would wait forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_request_through_a_client_without_a_timeout_ends_when_its_member_goes_silent() {
+    let etcd = EtcdNode::start().await.expect("etcd starts");
+    let proxy = FaultProxy::start(etcd.endpoint()).await.unwrap();
+    let client = etcd_client::Client::connect([proxy.endpoint()], None)
+        .await
+        .expect("the user's client connects");
+    let ns = random_namespace();
+    let options = StoreOptions::new(Vec::<String>::new())
+        .with_namespace(ns.clone())
+        .with_node("own-client")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_retry(RetryPolicy::default().with_deadline(Duration::from_secs(2)));
+    let store = Store::connect_with_client(client, options)
+        .await
+        .expect("the store connects through the user's client");
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    journal.append("before the silence").await.unwrap();
+    // A lease whose journal is opened while nothing answers.
+    let unopened = store.acquire_lease(Uuid::new_v4()).await.unwrap();
+    let admin = Admin::new(store.connection().clone(), ns.clone());
+
+    proxy.blackhole();
+    // Reads: the retry deadline (2 s) plus one request timeout (1 s). The open's fence, a
+    // write, is re-sent while the lease is valid (renewals go through the silent client too:
+    // under 3 s). With room for a loaded machine.
+    let bound = Duration::from_secs(8);
+    async fn ends<T, E: std::fmt::Debug>(
+        what: &str,
+        bound: Duration,
+        request: impl std::future::Future<Output = Result<T, E>>,
+    ) {
+        let started = tokio::time::Instant::now();
+        let outcome = tokio::time::timeout(bound, request)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: still waiting after {bound:?}"));
+        assert!(
+            outcome.is_err(),
+            "{what}: nothing answers, yet it succeeded"
+        );
+        eprintln!("{what}: failed after {:?}", started.elapsed());
+    }
+    ends(
+        "open_journal",
+        bound,
+        store.open_journal(unopened.session_id(), Some(&unopened)),
+    )
+    .await;
+    ends("Admin::owner", bound, admin.owner(session)).await;
+    ends("Admin::owners", bound, admin.owners()).await;
+    ends("Admin::journals", bound, admin.journals()).await;
+    ends("Admin::journal", bound, admin.journal(session)).await;
+    ends("Admin::trim", bound, admin.trim(session, 2)).await;
+    ends("Admin::check", bound, admin.check(session)).await;
+    ends("status", bound, store.connection().status()).await;
+    ends(
+        "namespace_status",
+        bound,
+        store.connection().namespace_status(&ns),
+    )
+    .await;
+    let mut replay = store.replay_records(session);
+    ends("replay", bound, async {
+        replay.next().await.expect("an item").map(|_| ())
+    })
+    .await;
+    proxy.heal();
+    store.close().await;
 }
