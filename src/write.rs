@@ -21,8 +21,11 @@
 //!   through. Re-sending is always safe: every transaction leasehold writes carries compares
 //!   under which at most one of its sends can ever apply.
 //! - It goes on for as long as the caller's condition holds (a journal: while its lease is
-//!   valid; an acquisition: while the node lease is). When the condition fails and some send's
-//!   outcome is unknown, one linearizable read (the caller's) settles it where it can.
+//!   valid; an acquisition: while the node lease is), and never past the policy's
+//!   [deadline](WritePolicy::deadline) (three TTLs by default): a cluster that keeps refusing
+//!   or dropping one transaction while renewals get through does not hold its caller forever.
+//!   When the condition fails or the deadline passes and some send's outcome is unknown, one
+//!   linearizable read (the caller's) settles it where it can.
 //!
 //! The decision after each attempt is [`next`], a pure function of what the sends so far came
 //! to and what this one came to; it is unit-tested for every pair.
@@ -50,6 +53,11 @@ pub struct WritePolicy {
     pub initial_backoff: Duration,
     /// The longest pause between attempts. Default 100 ms.
     pub max_backoff: Duration,
+    /// No re-send starts once this much time has passed since the first attempt, however
+    /// long the caller's condition (a valid lease) holds: an outcome still unknown is then
+    /// settled by reading, and a write certainly not applied fails. `None` (the default): three
+    /// times the store's node lease TTL.
+    pub deadline: Option<Duration>,
 }
 
 impl Default for WritePolicy {
@@ -59,6 +67,7 @@ impl Default for WritePolicy {
             resend_timeout: Duration::from_millis(250),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(100),
+            deadline: None,
         }
     }
 }
@@ -80,6 +89,12 @@ impl WritePolicy {
     pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.initial_backoff = initial;
         self.max_backoff = max;
+        self
+    }
+
+    /// Sets how long a write is re-sent in all (see [`deadline`](Self::deadline)).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 
@@ -243,6 +258,10 @@ pub(crate) async fn send(
     go_on: impl Fn() -> bool,
     stop: &CancellationToken,
 ) -> Written {
+    let give_up = crate::deadline::deadline(
+        tokio::time::Instant::now(),
+        policy.deadline.unwrap_or(crate::deadline::FOREVER),
+    );
     let mut sends = Sends::NoneApplied;
     let mut unknown: Option<EtcdError> = None;
     let mut backoff = policy.backoff();
@@ -275,7 +294,7 @@ pub(crate) async fn send(
         } else {
             Attempt::of(error.class())
         };
-        let go = !stop.is_cancelled() && go_on();
+        let go = !stop.is_cancelled() && tokio::time::Instant::now() < give_up && go_on();
         match next(sends, kind, go) {
             Next::Accept => unreachable!("only a reply is accepted"),
             Next::Resend(now) => {

@@ -122,11 +122,13 @@ pub struct StoreOptions {
     /// How often a standby acquisition re-checks without a watch event (a backstop against a
     /// lost event, not a poll). Default 5 s.
     pub standby_recheck: Duration,
-    /// How long one read may take, and how long a foreground delete (a release) is re-sent
-    /// before it is left to the background. Default 5 s.
+    /// How long one attempt of a read may take (also through a client of your own, see
+    /// [`connect_with_client`](Store::connect_with_client)), and how long a foreground delete
+    /// (a release) is re-sent before it is left to the background. Default 5 s.
     pub request_timeout: Duration,
-    /// How writes are sent and re-sent (attempt timeout, backoff); see [`WritePolicy`]. An
-    /// attempt never waits longer than `request_timeout`.
+    /// How writes are sent and re-sent (attempt timeout, backoff, deadline); see
+    /// [`WritePolicy`]. An attempt never waits longer than `request_timeout`, and a write is
+    /// re-sent for at most its deadline, three times `ttl` unless set.
     pub write: WritePolicy,
     /// Retries of idempotent requests.
     pub retry: RetryPolicy,
@@ -281,18 +283,31 @@ impl StoreOptions {
     }
 }
 
-/// The write policy a store uses: no attempt waits longer than `request_timeout`, and no
-/// timeout or pause longer than [`FOREVER`] (about 30 years, forever in practice), so that the
-/// deadlines made of them, even a few times over, fit the clock.
-fn bounded_write_policy(write: &WritePolicy, request_timeout: Duration) -> WritePolicy {
+/// The write policy a store uses: no attempt waits longer than `request_timeout`; re-sends
+/// end at the policy's deadline, three TTLs when it has none; and no timeout, pause or deadline
+/// longer than [`FOREVER`] (about 30 years, forever in practice), so that the deadlines made of
+/// them, even a few times over, fit the clock.
+fn bounded_write_policy(
+    write: &WritePolicy,
+    request_timeout: Duration,
+    ttl: Duration,
+) -> WritePolicy {
     let bounded = |d: Duration| d.min(request_timeout).min(FOREVER);
+    let deadline = write
+        .deadline
+        .unwrap_or(ttl.saturating_mul(WRITE_DEADLINE_TTLS));
     WritePolicy {
         attempt_timeout: bounded(write.attempt_timeout),
         resend_timeout: bounded(write.resend_timeout),
         initial_backoff: write.initial_backoff.min(FOREVER),
         max_backoff: write.max_backoff.min(FOREVER),
+        deadline: Some(deadline.min(FOREVER)),
     }
 }
+
+/// A store's writes are re-sent for at most this many node lease TTLs, unless
+/// [`WritePolicy::deadline`] says otherwise.
+const WRITE_DEADLINE_TTLS: u32 = 3;
 
 /// The longest node name, in bytes: it is written into every owner key and host key.
 pub const MAX_NODE_LEN: usize = 256;
@@ -399,8 +414,9 @@ impl Store {
 
     /// [`connect`](Self::connect) through an `etcd_client::Client` you built yourself (your
     /// own TLS, interceptors or authentication); see [`Connection::from_client`]. The options'
-    /// `endpoints`, `tls`, `credentials` and `request_timeout`'s use for connecting are
-    /// ignored: the client has its own.
+    /// `endpoints`, `tls` and `credentials` are ignored: the client has its own. Every request
+    /// through it is bounded as through a store's own clients (`request_timeout`, `write`,
+    /// `retry`), whether or not the client has a timeout of its own.
     pub async fn connect_with_client(
         client: etcd_client::Client,
         options: StoreOptions,
@@ -408,7 +424,8 @@ impl Store {
         options.validate()?;
         let connection = Connection::from_client(client, options.retry.clone())
             .await
-            .map_err(StoreError::Connect)?;
+            .map_err(StoreError::Connect)?
+            .with_request_timeout(options.request_timeout);
         Self::start(connection, options).await
     }
 
@@ -422,7 +439,7 @@ impl Store {
                 keepalive::GrantError::Margin(e) => StoreError::Margin(e),
             })?;
         let (cleanup, cleanup_jobs) = mpsc::unbounded_channel();
-        let write = bounded_write_policy(&options.write, options.request_timeout);
+        let write = bounded_write_policy(&options.write, options.request_timeout, options.ttl);
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
         let metrics = Metrics::new(&options.node, &options.namespace);
         let batcher = Batcher::new(
@@ -991,11 +1008,14 @@ mod tests {
         fn any_store_durations_make_deadlines_without_panic(
             [standby, request, attempt, resend, initial, max, retry_deadline, wait]
                 in proptest::array::uniform8(any_duration()),
+            write_deadline in proptest::option::of(any_duration()),
+            ttl in any_duration(),
         ) {
-            let write = WritePolicy::default()
+            let mut write = WritePolicy::default()
                 .with_attempt_timeout(attempt)
                 .with_resend_timeout(resend)
                 .with_backoff(initial, max);
+            write.deadline = write_deadline;
             let options = StoreOptions::new(["http://127.0.0.1:2379"])
                 .with_standby_recheck(standby)
                 .with_request_timeout(request)
@@ -1003,14 +1023,18 @@ mod tests {
                 .with_retry(RetryPolicy::default().with_deadline(retry_deadline));
             let _ = options.validate();
             let _ = format!("{options:?}");
-            let bounded = bounded_write_policy(&options.write, options.request_timeout);
+            let bounded = bounded_write_policy(&options.write, options.request_timeout, ttl);
             proptest::prop_assert!(bounded.attempt_timeout <= attempt.min(request));
+            // Re-sends end: at the policy's deadline, or three TTLs.
+            let resends = bounded.deadline.expect("a store's writes have a deadline");
+            proptest::prop_assert!(resends <= write_deadline.unwrap_or(ttl.saturating_mul(3)));
             proptest::prop_assert!(bounded.resend_timeout <= resend.min(request));
             let now = Instant::now();
             // What the store's tasks add to the clock: three attempts, a backoff.
             let thrice = bounded.attempt_timeout.checked_mul(3);
             proptest::prop_assert!(thrice.and_then(|t| now.checked_add(t)).is_some());
             proptest::prop_assert!(now.checked_add(bounded.max_backoff).is_some());
+            proptest::prop_assert!(now.checked_add(resends).is_some());
             // A foreground delete's and a standby acquisition's deadlines.
             for timeout in [options.request_timeout, wait] {
                 let until = deadline(now, timeout);
