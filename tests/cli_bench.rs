@@ -1,7 +1,13 @@
 //! `leasehold bench --json` prints one object per result, in the documented schema, with the
-//! ratio of the two numbers it reports; progress goes to stderr; bad input exits 2.
+//! ratio of the two numbers it reports; progress goes to stderr; bad input exits 2. On a
+//! cluster of yours it writes beside `--namespace`, never under it, and removes its keys
+//! however it ends: done, a scenario's error, SIGINT or SIGTERM (exit code 130), within a
+//! bound when the cluster went silent.
 
-use std::process::Command;
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn bench(args: &[&str], etcd: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -84,4 +90,186 @@ async fn bad_input_exits_2() {
     .unwrap();
     assert_eq!(output.0.status.code(), Some(2));
     assert_eq!(output.1.status.code(), Some(2));
+}
+
+/// `leasehold bench` on the cluster at `endpoint`, with `--namespace tenant`, running.
+fn spawn_bench(args: &[&str], endpoint: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("bench")
+        .args(args)
+        .args(["--endpoints", endpoint, "--namespace", "tenant"])
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("runs")
+}
+
+/// Waits (at most 60 s) until the etcd behind `raw` holds more than `keys` keys.
+async fn wait_for_keys(raw: &etcd_client::Client, keys: i64) {
+    leasehold::testing::wait_for("the bench writes", Duration::from_secs(60), || async {
+        (common::count(raw, "").await > keys).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("still running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+}
+
+/// Waits (at most `within`) for `child` to exit; its exit code and stderr.
+async fn exit(child: tokio::process::Child, within: Duration) -> (Option<i32>, String) {
+    let output = tokio::time::timeout(within, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("it exits within {within:?}"))
+        .expect("its output");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    println!("{stderr}");
+    (output.status.code(), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_bench_removes_its_keys_and_exits_130() {
+    let etcd = leasehold::testing::EtcdNode::start()
+        .await
+        .expect("etcd starts");
+    let raw = common::raw(etcd.endpoint()).await;
+    raw.clone().put("unrelated", "stays", None).await.unwrap();
+    let from = common::revision(&raw).await + 1;
+    let child = spawn_bench(&["append", "--rounds", "1000"], etcd.endpoint());
+    wait_for_keys(&raw, 10).await;
+    signal(&child, "-INT");
+    let (code, stderr) = exit(child, Duration::from_secs(30)).await;
+    let left: Vec<String> = common::all_keys(&raw)
+        .await
+        .into_iter()
+        .filter(|key| key != "unrelated")
+        .collect();
+    assert!(left.is_empty(), "left: {}\n{stderr}", common::few(&left));
+    assert_eq!(code, Some(130), "{stderr}");
+    let put = common::keys_put_since(&raw, from).await;
+    assert!(
+        put.iter().all(|key| key.starts_with("tenant-bench-")),
+        "{}",
+        common::few(&put)
+    );
+    assert!(
+        stderr.contains("bench removed namespace tenant-bench-"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().last(),
+        Some("leasehold: interrupted"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bench_whose_scenario_fails_removes_its_keys() {
+    // etcd raises NOSPACE while the bench appends: its next append is refused, the scenario
+    // fails, and deletes (which etcd takes under NOSPACE) remove what it wrote.
+    let etcd = common::nospace::small_etcd().await;
+    let raw = etcd.raw.clone();
+    let child = spawn_bench(&["append", "--rounds", "1000"], etcd.node.endpoint());
+    wait_for_keys(&raw, 10).await;
+    let filler = vec![b'x'; 1_000_000];
+    for i in 0.. {
+        assert!(i < 100, "a 16 MiB etcd filled by 100 puts of 1 MB");
+        match raw
+            .clone()
+            .put(format!("filler/{i}"), filler.clone(), None)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if error.to_string().contains("database space exceeded") => break,
+            Err(error) => panic!("put {i}: {error}"),
+        }
+    }
+    let (code, stderr) = exit(child, Duration::from_secs(60)).await;
+    let left: Vec<String> = common::all_keys(&raw)
+        .await
+        .into_iter()
+        .filter(|key| !key.starts_with("filler/"))
+        .collect();
+    assert!(left.is_empty(), "left: {}\n{stderr}", common::few(&left));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("database space exceeded"), "{stderr}");
+    assert!(
+        stderr.contains("bench removed namespace tenant-bench-"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_writes_beside_the_users_namespace_never_under_it() {
+    let etcd = leasehold::testing::EtcdNode::start()
+        .await
+        .expect("etcd starts");
+    let raw = common::raw(etcd.endpoint()).await;
+    let from = common::revision(&raw).await + 1;
+    let child = spawn_bench(&["group_commit", "--rounds", "1"], etcd.endpoint());
+    let (code, stderr) = exit(child, Duration::from_secs(120)).await;
+    let put = common::keys_put_since(&raw, from).await;
+    assert!(!put.is_empty(), "the bench wrote: {stderr}");
+    let under: Vec<&String> = put
+        .iter()
+        .filter(|key| key.starts_with("tenant/"))
+        .collect();
+    assert!(
+        under.is_empty(),
+        "under the user's namespace tenant/: {}",
+        common::few(under)
+    );
+    assert!(
+        put.iter().all(|key| key.starts_with("tenant-bench-")),
+        "{}",
+        common::few(&put)
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(common::all_keys(&raw).await.is_empty(), "every key removed");
+    assert!(
+        stderr.contains("bench removed namespace tenant-bench-"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_bench_on_a_silent_cluster_exits_within_the_bound() {
+    let etcd = leasehold::testing::EtcdNode::start()
+        .await
+        .expect("etcd starts");
+    let raw = common::raw(etcd.endpoint()).await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
+        .await
+        .unwrap();
+    let child = spawn_bench(&["append", "--rounds", "1000"], &proxy.endpoint());
+    wait_for_keys(&raw, 10).await;
+    proxy.blackhole();
+    let silenced = std::time::Instant::now();
+    signal(&child, "-TERM");
+    let (code, stderr) = exit(child, Duration::from_secs(30)).await;
+    println!(
+        "exited {:?} after the cluster went silent",
+        silenced.elapsed()
+    );
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("bench could not remove namespace tenant-bench-"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().last(),
+        Some("leasehold: interrupted"),
+        "{stderr}"
+    );
+    // 10 s to remove the keys, and some slack for a loaded machine.
+    assert!(silenced.elapsed() < Duration::from_secs(20));
 }

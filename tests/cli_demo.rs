@@ -1,9 +1,14 @@
 //! `leasehold demo` tells the whole story and exits 0, and its timeline is true: node-a learns
 //! that it lost each of its sessions (from its own deadline) before node-c takes that session
-//! over, by the event times the demo prints, not by the order of its lines.
+//! over, by the event times the demo prints, not by the order of its lines. On a cluster of
+//! yours it writes beside `--namespace`, never under it, and removes its keys however it ends
+//! (SIGINT: exit code 130).
+
+mod common;
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::time::Duration;
 
 /// The session and event time of every line that contains `phrase`: the session is the word
 /// right after the phrase, the time the number before the first `s` unit after it
@@ -89,38 +94,100 @@ async fn the_demo_on_a_cluster_of_yours_removes_what_it_wrote() {
     let etcd = leasehold::testing::EtcdNode::start()
         .await
         .expect("etcd starts");
-    let raw = etcd_client::Client::connect([etcd.endpoint()], None)
-        .await
-        .unwrap();
-    let mut before = raw.clone();
-    before.put("unrelated", "stays", None).await.unwrap();
+    let raw = common::raw(etcd.endpoint()).await;
+    raw.clone().put("unrelated", "stays", None).await.unwrap();
+    let from = common::revision(&raw).await + 1;
     let endpoint = etcd.endpoint().to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["demo", "--endpoints", &endpoint, "--namespace", "tenant"])
-            .env_remove("LEASEHOLD_ENDPOINTS")
-            .output()
-            .expect("runs")
-    })
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        demo(&["--endpoints", &endpoint, "--namespace", "tenant"]).output(),
+    )
     .await
-    .unwrap();
+    .expect("the demo ends within 120 s")
+    .expect("runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
+    // Beside the user's namespace, never under it (docs/production.md: namespaces in use at
+    // the same time do not nest).
+    let put = common::keys_put_since(&raw, from).await;
+    let under: Vec<&String> = put
+        .iter()
+        .filter(|key| key.starts_with("tenant/"))
+        .collect();
+    assert!(
+        under.is_empty(),
+        "under the user's namespace tenant/: {}",
+        common::few(under)
+    );
+    assert!(
+        !put.is_empty() && put.iter().all(|key| key.starts_with("tenant-demo-")),
+        "{}",
+        common::few(&put)
+    );
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("demo done"), "{stdout}");
     let removed = stdout
         .lines()
-        .find(|line| line.contains("removed namespace tenant/demo-"))
+        .find(|line| line.contains("removed namespace tenant-demo-"))
         .unwrap_or_else(|| panic!("says what it removed: {stdout}"));
     println!("{removed}");
-    let left = raw
-        .clone()
-        .get("", Some(etcd_client::GetOptions::new().with_all_keys()))
+    assert_eq!(
+        common::all_keys(&raw).await,
+        ["unrelated"],
+        "only what was there before"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_demo_removes_its_keys_and_exits_130() {
+    let etcd = leasehold::testing::EtcdNode::start()
         .await
-        .unwrap();
-    let keys: Vec<String> = left
-        .kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect();
-    assert_eq!(keys, ["unrelated"], "only what was there before");
+        .expect("etcd starts");
+    let raw = common::raw(etcd.endpoint()).await;
+    let from = common::revision(&raw).await + 1;
+    let child = demo(&["--endpoints", etcd.endpoint(), "--namespace", "tenant"])
+        .spawn()
+        .expect("runs");
+    leasehold::testing::wait_for("the demo writes", Duration::from_secs(60), || async {
+        (common::count(&raw, "").await > 0).then_some(())
+    })
+    .await
+    .unwrap();
+    let pid = child.id().expect("still running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("it exits within 30 s of SIGINT")
+        .expect("its output");
+    let (status, stdout) = (output.status, String::from_utf8_lossy(&output.stdout));
+    let left = common::all_keys(&raw).await;
+    assert!(left.is_empty(), "left: {}\n{stdout}", common::few(&left));
+    let put = common::keys_put_since(&raw, from).await;
+    assert!(
+        put.iter().all(|key| key.starts_with("tenant-demo-")),
+        "not in a namespace beside tenant: {}",
+        common::few(&put)
+    );
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(
+        stdout.contains("demo removed namespace tenant-demo-"),
+        "{stdout}"
+    );
+}
+
+/// `leasehold demo` on a cluster of yours, stdout piped.
+fn demo(args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .arg("demo")
+        .args(args)
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    command
 }

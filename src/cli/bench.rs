@@ -3,8 +3,10 @@
 //! Each scenario runs leasehold's call and its baseline in the same process, interleaved round
 //! by round (this machine and its etcd are shared, so absolute times drift; ratios hold
 //! better), and reports the median round of each and their ratio. With no `--endpoints` it
-//! starts a throwaway etcd, as `demo` does. Progress goes to stderr; results to stdout, as an
-//! aligned table, or with `--json` as one object per line:
+//! starts a throwaway etcd, as `demo` does; with `--endpoints` it writes in a namespace of its
+//! own beside `--namespace` and deletes it however the run ends ([`super::scratch`]). Progress
+//! goes to stderr; results to stdout, as an aligned table, or with `--json` as one object per
+//! line:
 //!
 //! ```text
 //! {"scenario":"append","metric":"throughput","unit":"appends/s","ours":…,"baseline":…,
@@ -21,11 +23,13 @@ use clap::{Args, ValueEnum};
 use etcd_client::{Client, LockOptions, Txn, TxnOp};
 use futures_util::StreamExt as _;
 use leasehold::fault::FaultProxy;
-use leasehold::{Journal, Lease, Namespace, Store, StoreOptions, Uuid};
+use leasehold::{Connection, Journal, Lease, Namespace, Store, StoreOptions, Uuid};
 use serde::Serialize;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::node::Timeline;
+use super::scratch::Reached;
 use super::{Common, Failure};
 
 #[derive(Args)]
@@ -333,7 +337,7 @@ impl Bench {
             let writers: Vec<_> = (0..SESSIONS)
                 .map(|s| {
                     let (raw, key) = (self.raw.clone(), format!("{prefix}/{s}"));
-                    tokio::spawn(async move {
+                    AbortOnDropHandle::new(tokio::spawn(async move {
                         for i in 0..EACH {
                             let txn = Txn::new().and_then([
                                 TxnOp::put(
@@ -346,7 +350,7 @@ impl Bench {
                             raw.clone().txn(txn).await?;
                         }
                         Ok::<_, etcd_client::Error>(())
-                    })
+                    }))
                 })
                 .collect();
             for writer in writers {
@@ -519,7 +523,7 @@ impl Bench {
                 .await
                 .map_err(Failure::runtime)?;
             let every = Duration::from_secs(ttl as u64) / 3;
-            let detector = tokio::spawn(async move {
+            let detector = AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(every);
                 loop {
                     tick.tick().await;
@@ -531,7 +535,7 @@ impl Bench {
                         _ => return Instant::now(),
                     }
                 }
-            });
+            }));
             // Revoked at a random point of the renewal interval.
             let phase = (Uuid::new_v4().as_u128() % 1000) as u32;
             tokio::time::sleep(every * phase / 1000).await;
@@ -729,7 +733,7 @@ async fn appenders(
     let started = Instant::now();
     let tasks: Vec<_> = writers
         .map(|journal| {
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(each);
                 for _ in 0..each {
                     let call = Instant::now();
@@ -737,7 +741,7 @@ async fn appenders(
                     latencies.push(call.elapsed());
                 }
                 Ok::<_, leasehold::JournalWriteError>(latencies)
-            })
+            }))
         })
         .collect();
     let mut all = Vec::new();
@@ -752,18 +756,18 @@ async fn appenders(
 }
 
 type Standby =
-    tokio::task::JoinHandle<Result<(Lease, Journal), Box<dyn std::error::Error + Send + Sync>>>;
+    AbortOnDropHandle<Result<(Lease, Journal), Box<dyn std::error::Error + Send + Sync>>>;
 
 /// A standby on `session` in `store`: acquires it once it is free and opens its journal.
 fn standby(store: &Arc<Store>, session: Uuid) -> Standby {
     let store = store.clone();
-    tokio::spawn(async move {
+    AbortOnDropHandle::new(tokio::spawn(async move {
         let lease = store
             .acquire_lease_wait(session, Duration::from_secs(30))
             .await?;
         let journal = store.open_journal(session, Some(&lease)).await?;
         Ok((lease, journal))
-    })
+    }))
 }
 
 /// Waits until the standby's fence has committed.
@@ -810,20 +814,38 @@ pub(crate) async fn run(common: &Common, args: &BenchArgs) -> Result<(), Failure
             2,
         ));
     }
+    // A namespace of its own, beside --namespace; removed however the run ends, also on
+    // SIGINT or SIGTERM (exit code 130).
+    let namespace = super::scratch::namespace(common, "bench")?;
     let timeline = Timeline::on_stderr();
+    let reached = Reached::default();
+    let bench = bench(common, args, namespace.clone(), &timeline, &reached);
+    super::scratch::run_then_remove(common, &namespace, &timeline, "bench", &reached, bench).await
+}
+
+/// The run: a throwaway etcd unless `--endpoints`, then each scenario in turn.
+async fn bench(
+    common: &Common,
+    args: &BenchArgs,
+    namespace: Namespace,
+    timeline: &Timeline,
+    reached: &Reached,
+) -> Result<(), Failure> {
     let (endpoints, _etcd) = match &common.endpoints {
         Some(endpoints) => (endpoints.clone(), None),
         None => {
-            let etcd = super::demo::start_etcd(&timeline).await?;
+            let etcd = super::demo::start_etcd(timeline).await?;
             (vec![etcd.endpoint.clone()], Some(etcd))
         }
     };
-    let namespace = Namespace::new(format!(
-        "{}/bench-{}",
-        common.namespace,
-        &Uuid::new_v4().simple().to_string()[..8]
-    ))
-    .map_err(Failure::usage)?;
+    // etcd answers (within --connect-timeout) before the run writes anything.
+    let options = common.connect_options(endpoints.clone())?;
+    drop(
+        Connection::connect(options)
+            .await
+            .map_err(Failure::connect)?,
+    );
+    reached.set();
     let raw = Client::connect(&endpoints, None)
         .await
         .map_err(Failure::usage)?;
@@ -851,14 +873,5 @@ pub(crate) async fn run(common: &Common, args: &BenchArgs) -> Result<(), Failure
             Scenario::Scale => bench.scale(args.scale_sessions).await?,
         }
     }
-    // What the run wrote: every key of its namespace.
-    let _ = bench
-        .raw
-        .clone()
-        .delete(
-            bench.namespace.prefix(),
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await;
     Ok(())
 }

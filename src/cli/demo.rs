@@ -13,6 +13,9 @@
 //! event times (`node-a knows it lost session … at 2.183 s`, `node-c took over session … at
 //! epoch … at 2.902 s`), so the order they show is the order things happened, not the order of
 //! the code that prints them.
+//!
+//! On a cluster of yours (`--endpoints`) the demo writes in a namespace of its own beside
+//! `--namespace` and deletes it however it ends ([`super::scratch`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 use super::node::{Timeline, numbered_session};
+use super::scratch::Reached;
 use super::{Common, Failure};
 
 /// A throwaway etcd: killed and its data removed when dropped.
@@ -111,52 +115,21 @@ pub(crate) async fn start_etcd(timeline: &Timeline) -> Result<ThrowawayEtcd, Fai
 }
 
 pub(crate) async fn run(common: &Common) -> Result<(), Failure> {
-    // A namespace of its own, so that the demo can run against any cluster.
-    let namespace = Namespace::new(format!(
-        "{}/demo-{}",
-        common.namespace,
-        &Uuid::new_v4().simple().to_string()[..8]
-    ))
-    .map_err(Failure::usage)?;
+    // A namespace of its own, beside --namespace, so that the demo can run against any
+    // cluster; removed however the demo ends, also on SIGINT or SIGTERM (exit code 130).
+    let namespace = super::scratch::namespace(common, "demo")?;
     let timeline = Timeline::new();
-    // On SIGINT or SIGTERM the demo returns: the throwaway etcd is killed and its data removed
-    // as they drop.
-    let result = tokio::select! {
-        result = demo(common, &namespace, &timeline) => result,
-        () = super::node::wait_for_signal() => Err(Failure::message("interrupted", 130)),
-    };
-    // On a cluster of yours, the demo removes what it wrote, however it ended.
-    if let Some(endpoints) = &common.endpoints {
-        let options = match common.connect_options(endpoints.clone()) {
-            Ok(options) => options,
-            Err(failure) => return result.and(Err(failure)),
-        };
-        let removed = match Connection::connect(options).await {
-            Ok(connection) => connection.delete_prefix(&namespace.prefix()).await,
-            Err(error) => Err(match error {
-                leasehold::ConnectError::Unreachable { source, .. }
-                | leasehold::ConnectError::Tls { source, .. } => source,
-                other => return result.and(Err(Failure::usage(other))),
-            }),
-        };
-        match removed {
-            Ok(keys) => timeline.say(
-                "demo",
-                format_args!("removed namespace {namespace} ({keys} keys)"),
-            ),
-            Err(error) => timeline.say(
-                "demo",
-                format_args!(
-                    "could not remove namespace {namespace}: {}",
-                    super::chain(&error)
-                ),
-            ),
-        }
-    }
-    result
+    let reached = Reached::default();
+    let demo = demo(common, &namespace, &timeline, &reached);
+    super::scratch::run_then_remove(common, &namespace, &timeline, "demo", &reached, demo).await
 }
 
-async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Result<(), Failure> {
+async fn demo(
+    common: &Common,
+    namespace: &Namespace,
+    timeline: &Timeline,
+    reached: &Reached,
+) -> Result<(), Failure> {
     let say = |who: &str, what: std::fmt::Arguments<'_>| timeline.say(who, what);
     let (endpoints, _etcd) = match &common.endpoints {
         Some(endpoints) => (endpoints.clone(), None),
@@ -193,6 +166,7 @@ async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Re
             .with_write_policy(WritePolicy::default().with_attempt_timeout(Duration::from_secs(3))),
     )
     .await?;
+    reached.set();
     let b = connect(options("node-b", endpoints.clone())?).await?;
     let c = Arc::new(connect(options("node-c", endpoints.clone())?).await?);
     say(
@@ -265,13 +239,13 @@ async fn demo(common: &Common, namespace: &Namespace, timeline: &Timeline) -> Re
     );
     let frozen_at = Instant::now();
     proxy.blackhole();
-    let stale = tokio::spawn(async move {
+    let stale = AbortOnDropHandle::new(tokio::spawn(async move {
         let result = frozen
             .journal()
             .append("node-a: a write from before the pause")
             .await;
         (result, frozen)
-    });
+    }));
     let losses = tokio::join!(frozen_lost, second_lost);
     for (i, (reason, at)) in [losses.0, losses.1].into_iter().enumerate() {
         let whose = if standbys[i].is_finished() {

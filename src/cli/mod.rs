@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod node;
+pub(crate) mod scratch;
 pub(crate) mod serve;
 
 use std::path::{Path, PathBuf};
@@ -51,8 +52,8 @@ pub(crate) struct Cli {
 /// Flags every command takes.
 #[derive(Args)]
 pub(crate) struct Common {
-    /// etcd client URLs, comma-separated [default: http://127.0.0.1:2379; `demo` starts its
-    /// own etcd when none is given].
+    /// etcd client URLs, comma-separated [default: http://127.0.0.1:2379; `demo` and `bench`
+    /// start their own etcd when none is given].
     #[arg(
         long,
         env = "LEASEHOLD_ENDPOINTS",
@@ -60,16 +61,19 @@ pub(crate) struct Common {
         global = true
     )]
     endpoints: Option<Vec<String>>,
-    /// The namespace prefix all keys live under.
+    /// The namespace prefix all keys live under (`demo` and `bench` write beside it, never
+    /// under it: in `{namespace}-demo-XXXXXXXX` and `{namespace}-bench-XXXXXXXX`).
     #[arg(long, env = "LEASEHOLD_NAMESPACE", default_value = Namespace::DEFAULT, global = true)]
     namespace: Namespace,
     /// This node's name.
     #[arg(long, env = "LEASEHOLD_NODE", global = true)]
     node: Option<String>,
-    /// The node lease's TTL in whole seconds (etcd's minimum is 2).
+    /// The node lease's TTL in whole seconds (etcd's minimum is 2); `demo` and `bench` ignore
+    /// it and use their own.
     #[arg(long, default_value_t = 10, global = true)]
     ttl: u64,
-    /// The safety margin in seconds (below 2·TTL/3).
+    /// The safety margin in seconds (below 2·TTL/3); `demo` and `bench` ignore it and use
+    /// their own.
     #[arg(long, default_value_t = 1.0, global = true)]
     margin: f64,
     /// How long to wait for etcd to answer at all, in seconds (18446744073709551615: forever).
@@ -145,8 +149,20 @@ enum Command {
     Node(node::NodeArgs),
     /// Three nodes in one process over a handful of sessions: one freezes, another takes
     /// over with a fence, and the frozen node's stale append is refused.
+    ///
+    /// Its own etcd unless --endpoints; on a cluster of yours it writes in a namespace of its
+    /// own beside --namespace, `{namespace}-demo-XXXXXXXX` (8 random hex digits; with --user,
+    /// the role needs readwrite on the prefix `{namespace}-demo-`), and deletes that prefix
+    /// however it ends, giving up after 10 s. SIGINT or SIGTERM stops it: exit code 130.
+    /// Node lease TTL 3 s, safety margin 1 s (--ttl and --margin are ignored).
     Demo,
     /// What leasehold costs against what it replaces, measured side by side.
+    ///
+    /// Its own etcd unless --endpoints; on a cluster of yours it writes in a namespace of its
+    /// own beside --namespace, `{namespace}-bench-XXXXXXXX` (8 random hex digits), and deletes
+    /// that prefix however it ends (done, a scenario's error, SIGINT or SIGTERM), giving up
+    /// after 10 s. SIGINT or SIGTERM stops it: exit code 130. Each scenario sets its own node
+    /// lease TTL and margin (--ttl and --margin are ignored).
     Bench(bench::BenchArgs),
     /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip.
     Owners(admin::OwnersArgs),

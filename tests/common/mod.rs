@@ -90,6 +90,60 @@ pub(crate) async fn revision(client: &etcd_client::Client) -> i64 {
         .revision()
 }
 
+/// Every key on `raw`'s etcd, in order.
+pub(crate) async fn all_keys(raw: &etcd_client::Client) -> Vec<String> {
+    let options = etcd_client::GetOptions::new()
+        .with_all_keys()
+        .with_keys_only();
+    let response = raw.clone().get("", Some(options)).await.expect("get");
+    response
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// Every key put on `raw`'s etcd at revision `from` or later, up to now: read from etcd's
+/// history, so that keys written and then deleted are there too.
+pub(crate) async fn keys_put_since(
+    raw: &etcd_client::Client,
+    from: i64,
+) -> std::collections::BTreeSet<String> {
+    let now = revision(raw).await;
+    let mut put = std::collections::BTreeSet::new();
+    if now < from {
+        return put;
+    }
+    let options = etcd_client::WatchOptions::new()
+        .with_all_keys()
+        .with_start_revision(from);
+    let mut history = raw.clone().watch("", Some(options)).await.expect("watch");
+    let mut seen = 0;
+    while seen < now {
+        let response = tokio::time::timeout(Duration::from_secs(10), history.message())
+            .await
+            .expect("the history up to now within 10 s")
+            .expect("watch")
+            .expect("a watch response");
+        for event in response.events() {
+            let kv = event.kv().expect("a key");
+            seen = seen.max(kv.mod_revision());
+            if event.event_type() == etcd_client::EventType::Put {
+                put.insert(String::from_utf8_lossy(kv.key()).into_owned());
+            }
+        }
+    }
+    put
+}
+
+/// `n keys: [the first three, …]`, for a failure message that a long list would bury.
+pub(crate) fn few<'a>(keys: impl IntoIterator<Item = &'a String>) -> String {
+    let keys: Vec<&String> = keys.into_iter().collect();
+    let first: Vec<&&String> = keys.iter().take(3).collect();
+    let more = if keys.len() > 3 { ", …" } else { "" };
+    format!("{} keys: {first:?}{more}", keys.len())
+}
+
 /// One etcd member, a fresh namespace on it, and a raw client for looking from outside.
 pub(crate) struct Etcd {
     pub(crate) ns: Namespace,
