@@ -343,7 +343,13 @@ pub enum StoreError {
     /// The safety margin leaves no room to renew. Permanent for these settings.
     #[error(transparent)]
     Margin(#[from] MarginError),
-    /// etcd could not be reached. Transient.
+    /// Connecting to etcd failed. Transient or permanent as the [`ConnectError`] says:
+    /// [`Unreachable`](ConnectError::Unreachable) is transient (etcd may come up);
+    /// [`NoEndpoints`](ConnectError::NoEndpoints),
+    /// [`InvalidEndpoint`](ConnectError::InvalidEndpoint) and
+    /// [`Refused`](ConnectError::Refused) (credentials) are permanent, and
+    /// [`Tls`](ConnectError::Tls) is permanent until the certificates or the TLS options are
+    /// fixed.
     #[error("cannot connect to etcd")]
     Connect(#[source] ConnectError),
     /// Granting the node lease failed. Transient or permanent as its class says.

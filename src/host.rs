@@ -41,9 +41,12 @@
 //! sessions (or to the sum of the maxima). A host over its share sheds the difference, in
 //! order, so a host that joins gets its share without anyone restarting, a capped host's
 //! remainder goes to the others, and a host that leaves (its key is deleted first) hands its
-//! sessions over at once. Acquisitions and standbys count against the share too, so a host at
-//! its share does not take a session that another host just shed. A session freed while a
-//! host is full makes it list the hosts again at once.
+//! sessions over at once. A session takes a slot of the share from its acquisition on, so
+//! acquisitions in flight and rigs being opened count against the share too, and a host at its
+//! share does not take a session that another host just shed. A standby holds no slot: a
+//! session found held elsewhere gives its slot back before it stands by (as does one whose
+//! acquisition or open failed, for its pause), so standbys never keep a host from owning its
+//! share. A session freed while a host is full makes it list the hosts again at once.
 //!
 //! # Leaving
 //!
@@ -165,7 +168,8 @@ impl HostOptions {
     }
 
     /// Names each session's workspace root (default `ws-{session}`). The id must be valid for
-    /// [`Rig::open`].
+    /// [`Rig::open`]: 1 to [`MAX_WORKSPACE_LEN`](crate::rig::MAX_WORKSPACE_LEN) (128) bytes of
+    /// ASCII letters, digits, `-`, `_` and `.`.
     pub fn with_workspace(
         mut self,
         workspace: impl Fn(Uuid) -> String + Send + Sync + 'static,
@@ -282,7 +286,8 @@ struct Inner {
     wanted: Mutex<HashMap<Uuid, CancellationToken>>,
     /// The owned sessions, each with the token that sheds it.
     owned: Mutex<HashMap<Uuid, CancellationToken>>,
-    /// Sessions held, acquiring or standing by with a slot: what the cap bounds.
+    /// Sessions held, being acquired or being opened (a standby gives its slot back): what
+    /// the cap bounds.
     slots: AtomicUsize,
     /// The most sessions this host may hold now.
     cap: watch::Sender<usize>,

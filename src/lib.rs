@@ -116,3 +116,14 @@ pub use store::{Store, StoreOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use uuid::Uuid;
 pub use write::WritePolicy;
+
+/// README.md's code blocks, compiled as doctests (`no_run` where they need etcd). The testing
+/// block needs the harness, so they are checked with `--all-features`.
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// docs/production.md's code blocks, compiled as doctests where they are Rust.
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../docs/production.md")]
+pub struct ProductionDoctests;

@@ -27,7 +27,11 @@
 //! `mvcc: database space exceeded` raises it, the next write etcd accepts clears it, and other
 //! failures say nothing about space.
 //!
-//! Each append call counts once, under one `outcome`:
+//! An append call counts once, under one `outcome`, when it is answered
+//! (`leasehold_appends_total`, with its records in `leasehold_append_records_total` and its
+//! time in `leasehold_append_seconds`). Not counted: a call refused at once, before it is
+//! queued (`JournalWriteError::Empty`, `TooManyRecords`, `TooLarge`), and a call whose future
+//! is dropped before its answer.
 //!
 //! | `outcome` | the call got |
 //! | --- | --- |
@@ -35,7 +39,7 @@
 //! | `fenced` | `JournalWriteError::Fenced`, from a reply (a failed compare), or because the journal was fenced already |
 //! | `unknown_resolved` | the sends' outcome stayed unknown until the lease stopped being valid, and the resolving read settled it: its sequence numbers (committed) or `Fenced` (not committed) |
 //! | `unknown` | `JournalWriteError::OutcomeUnknown`: not even the resolving read could settle it |
-//! | `failed` | any other error (refused locally, a lost lease, an etcd failure that certainly did not apply) |
+//! | `failed` | any other error: refused before sending (a lost lease, a closed journal, the sequence at its end), an etcd failure that certainly did not apply, or `JournalWriteError::Indeterminate`. The last is not always "not applied": a call queued in a transaction whose sender's future was dropped mid-send is told `Indeterminate`, and that transaction may have committed |
 
 use std::sync::Arc;
 use std::time::Duration;

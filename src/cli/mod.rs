@@ -32,6 +32,11 @@ LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_TLS_SERVER_NAME, LEASEHOLD_USER,
 LEASEHOLD_PASSWORD_FILE. A permission the user lacks (a namespace outside its roles) fails
 with exit code 1.
 
+Environment read besides the flags' [env: ...]: LEASEHOLD_LOG (else RUST_LOG) sets the log
+level, e.g. debug or leasehold=debug (default: warn); LEASEHOLD_PASSWORD the --user's
+password; LEASEHOLD_ETCD_BIN the etcd binary that demo and bench start when no --endpoints
+are given (else etcd on PATH, else ~/.cache/leasehold/etcd-3.5.16/usr/bin/etcd).
+
 --json output: one documented schema per command (owners, journal show, journal trim,
 journal delete, revoke, check); see the crate documentation of the leasehold tool.";
 
@@ -65,7 +70,10 @@ pub(crate) struct Common {
     /// under it: in `{namespace}-demo-XXXXXXXX` and `{namespace}-bench-XXXXXXXX`).
     #[arg(long, env = "LEASEHOLD_NAMESPACE", default_value = Namespace::DEFAULT, global = true)]
     namespace: Namespace,
-    /// This node's name.
+    /// This node's name, for people: in `owners`, log lines and the metrics' `node` label
+    /// (ownership and balancing go by an id of each store's own, so nodes that share a name
+    /// work, but cannot be told apart) [default: node-{process id}: node-1 in every
+    /// container, so name each one].
     #[arg(long, env = "LEASEHOLD_NODE", global = true)]
     node: Option<String>,
     /// The node lease's TTL in whole seconds (etcd's minimum is 2); `demo` and `bench` ignore
@@ -76,7 +84,10 @@ pub(crate) struct Common {
     /// their own.
     #[arg(long, default_value_t = 1.0, global = true)]
     margin: f64,
-    /// How long to wait for etcd to answer at all, in seconds (18446744073709551615: forever).
+    /// How long to wait for etcd to answer at all, in seconds (0: no wait;
+    /// 18446744073709551615: forever). It is also every later request's retry deadline: a
+    /// read, or a write etcd refused unapplied, is retried on the next endpoints for this
+    /// long, and an operator command's write whose outcome is unknown is re-sent for this long.
     #[arg(long, default_value_t = 5, global = true)]
     connect_timeout: u64,
     /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.

@@ -52,8 +52,8 @@ pub struct WorkspaceHeldError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RigError {
-    /// The workspace id is empty or has characters other than ASCII letters, digits, `-`,
-    /// `_` and `.`. Permanent.
+    /// The workspace id is empty, longer than [`MAX_WORKSPACE_LEN`] (128) bytes, or has
+    /// characters other than ASCII letters, digits, `-`, `_` and `.`. Permanent.
     #[error("invalid workspace id {0:?}")]
     InvalidWorkspace(String),
     /// The session lease could not be acquired.
@@ -98,9 +98,12 @@ impl std::fmt::Debug for Rig {
     }
 }
 
+/// The longest workspace id, in bytes: 1 to 128 ASCII letters, digits, `-`, `_` and `.`.
+pub const MAX_WORKSPACE_LEN: usize = 128;
+
 fn valid_workspace(id: &str) -> bool {
     !id.is_empty()
-        && id.len() <= 128
+        && id.len() <= MAX_WORKSPACE_LEN
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -108,6 +111,10 @@ fn valid_workspace(id: &str) -> bool {
 
 impl Rig {
     /// Acquires `session`, then `workspace`'s root, then opens the journal.
+    ///
+    /// `workspace` is 1 to [`MAX_WORKSPACE_LEN`] (128) bytes of ASCII letters, digits, `-`,
+    /// `_` and `.`; any other id fails with [`RigError::InvalidWorkspace`] before anything is
+    /// sent.
     pub async fn open(store: &Store, session: Uuid, workspace: &str) -> Result<Self, RigError> {
         if !valid_workspace(workspace) {
             return Err(RigError::InvalidWorkspace(workspace.to_owned()));
@@ -121,7 +128,8 @@ impl Rig {
 
     /// Like [`open`](Self::open), with a lease already held (e.g. from a standby
     /// acquisition). On failure the lease is released (after whatever workspace root may have
-    /// been taken).
+    /// been taken). The workspace id is checked as for [`open`](Self::open): at most
+    /// [`MAX_WORKSPACE_LEN`] (128) bytes.
     pub async fn with_lease(
         store: &Store,
         lease: Lease,

@@ -566,14 +566,18 @@ impl Store {
     /// [`EtcdError::is_permission_denied`]) once etcd has denied the store's user its
     /// namespace's owner keys (see [a namespace outside the user's
     /// roles](self#a-namespace-outside-the-users-roles)).
-    #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session))]
+    #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
         if self.shared.shutdown.is_cancelled() {
             return Err(AcquireError::StoreClosed);
         }
         // In the caller's task: if this future is dropped mid-flight, what it may have
         // committed is an orphan the watch deletes (see the module docs).
-        self.shared.clone().acquire(session).await
+        let acquired = self.shared.clone().acquire(session).await;
+        if let Ok(lease) = &acquired {
+            tracing::Span::current().record("epoch", tracing::field::display(lease.epoch()));
+        }
+        acquired
     }
 
     /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
@@ -618,7 +622,7 @@ impl Store {
     /// `None` fails with [`NilLeaseError`]; a lease of another session, or a second open with
     /// the same lease, with typed errors too (one journal per lease, so fence epochs strictly
     /// increase).
-    #[tracing::instrument(name = "open", skip_all, parent = self.shared.span(), fields(%session))]
+    #[tracing::instrument(name = "open", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
     pub async fn open_journal(
         &self,
         session: Uuid,
@@ -636,6 +640,7 @@ impl Store {
         if !Arc::ptr_eq(lease.store(), &self.shared) {
             return Err(OpenJournalError::ForeignLease);
         }
+        tracing::Span::current().record("epoch", tracing::field::display(lease.epoch()));
         let state = lease.state().clone();
         if !state.claim_journal() {
             return Err(OpenJournalError::AlreadyOpen {
