@@ -14,7 +14,8 @@
 //! ```
 //!
 //! `ratio` is ours / baseline; `better` says which way is good. `p50_ms` and `p99_ms` are
-//! leasehold's per-operation latencies over all rounds.
+//! leasehold's per-operation latencies over all rounds; for `scale`, where the acquisitions
+//! are pipelined, the gaps between one completion and the next.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -38,13 +38,20 @@
 //! A write that fails with a timeout, a lost connection, "request timed out" or "leader
 //! changed" may still commit. The journal re-sends the byte-identical transaction (same nonce,
 //! same compares; at most one send can ever commit), with backoff and on the next endpoint,
-//! for as long as its lease is valid: a blip or an etcd leader election delays an append, it
-//! does not break the journal. If a re-send's compare fails, its `else` branch has read
-//! `r/{first}` in the same linearizable transaction: our nonce means an earlier send
-//! committed; anything else means fenced. Reading the old tip would prove nothing (the first
-//! send may still be in the raft log). Only when the lease stops being valid with the outcome
-//! still unknown, and a last read cannot settle it, does the append return
-//! [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown); the journal is then unusable
+//! for as long as its lease is valid (a transaction shared by several journals: while any
+//! member's lease is valid), and never past the store's write deadline
+//! ([`WritePolicy::deadline`](crate::WritePolicy::deadline), three node lease TTLs by
+//! default): a blip or an etcd leader election delays an append, it does not break the
+//! journal, and a cluster that keeps refusing one journal's transaction while its renewals get
+//! through does not hold the append forever. If a re-send's compare fails, its `else` branch
+//! has read `r/{first}` and the tip in the same linearizable transaction: our nonce in either
+//! means an earlier send committed; another append's record there, or no record and a tip that
+//! has not reached it, means fenced (no send of ours can apply any more); `r/{first}` gone
+//! while the tip has moved past it (a trim, or the journal deleted and made anew) leaves the
+//! outcome unknown, never fenced. Reading the old tip alone would prove nothing (the first
+//! send may still be in the raft log). Only when the lease stops being valid or the deadline
+//! passes with the outcome still unknown, and a last read cannot settle it, does the append
+//! return [`OutcomeUnknown`](JournalWriteError::OutcomeUnknown); the journal is then unusable
 //! ([`Indeterminate`](JournalWriteError::Indeterminate)), since it no longer knows its tip. A
 //! committed append is never reported as failed, and never applied twice.
 //!
