@@ -30,16 +30,30 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::connection::Connection;
-use crate::error::{EtcdError, ReplayError, RetentionError};
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::{Connection, EtcdError};
 use crate::journal::{
-    Authority, Deleted, JournalCheck, Record, Replay, ReplayOptions, Retention, TRIM_BATCH, Tip,
-    Trimmed,
+    Authority, Deleted, JournalCheck, Record, Replay, ReplayError, ReplayOptions, Retention,
+    RetentionError, TRIM_BATCH, Tip, Trimmed,
 };
 use crate::keys::{Namespace, prefix_end};
 use crate::lease::Epoch;
 use crate::store::OwnerValue;
-use crate::write::{self, WritePolicy, Written};
+
+/// What a namespace holds right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceStatus {
+    /// The namespace.
+    pub namespace: Namespace,
+    /// The revision the counts were read at (one consistent snapshot).
+    pub revision: u64,
+    /// Sessions that have an owner.
+    pub owned_sessions: u64,
+    /// Workspace roots that are owned.
+    pub owned_workspaces: u64,
+    /// All keys under the namespace, journals included.
+    pub keys: u64,
+}
 
 /// Concurrent reads when gathering tips and lease TTLs.
 const CONCURRENT_READS: usize = 16;
@@ -142,6 +156,37 @@ impl Admin {
             policy: WritePolicy::default(),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// Counts what the namespace holds, at one revision.
+    pub async fn namespace_status(&self) -> Result<NamespaceStatus, EtcdError> {
+        let namespace = &self.namespace;
+        let count = |prefix: String, revision: i64| {
+            let options = GetOptions::new()
+                .with_range(prefix_end(&prefix))
+                .with_count_only()
+                .with_revision(revision);
+            self.connection
+                .read("count", move |mut client: KvClient, _| {
+                    let (prefix, options) = (prefix.clone(), options.clone());
+                    async move {
+                        let response = client.get(prefix, Some(options)).await?;
+                        let revision = response.header().map_or(0, |h| h.revision());
+                        Ok((response.count().max(0) as u64, revision))
+                    }
+                })
+        };
+        // The first count fixes the revision; the others read at that same revision.
+        let (keys, revision) = count(namespace.prefix(), 0).await?;
+        let (owned_sessions, _) = count(namespace.owners_prefix(), revision).await?;
+        let (owned_workspaces, _) = count(namespace.workspaces_prefix(), revision).await?;
+        Ok(NamespaceStatus {
+            namespace: namespace.clone(),
+            revision: revision.max(0) as u64,
+            owned_sessions,
+            owned_workspaces,
+            keys,
+        })
     }
 
     /// The namespace.
@@ -328,7 +373,7 @@ impl Admin {
             })
             .await
             .map_err(RetentionError::Etcd)?;
-        let mut gets = crate::journal::gets(&response);
+        let mut gets = crate::etcd::gets(&response);
         let (base, tip, owner, first) = (
             gets.next().flatten(),
             gets.next().flatten(),

@@ -86,12 +86,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::etcd::Delete;
+use crate::etcd::write::{self, WritePolicy, Written};
 use crate::keys::prefix_end;
 use crate::lease::{Epoch, LossReason, NodeLease};
 use crate::metrics::Metrics;
 use crate::rig::{Rig, RigError};
-use crate::store::{Delete, Store};
-use crate::write::{self, WritePolicy, Written};
+use crate::store::Store;
 
 /// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
 /// on its own, which gives the session up).
@@ -772,7 +773,7 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
                 });
                 let (pause, quarantined) = failures.failed();
                 if quarantined {
-                    let (failures, why) = (failures.count, crate::error::chain(&*error));
+                    let (failures, why) = (failures.count, crate::etcd::chain(&*error));
                     tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
                     inner.emit(HostEvent::Quarantined {
                         session,
@@ -781,7 +782,7 @@ async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken)
                         error,
                     });
                 } else {
-                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::error::chain(&*error), "session failed to open");
+                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
                 }
                 inner.unreserve();
                 tokio::select! {
@@ -904,7 +905,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{HostOptions, HostValue, OpenFailures, leave_bound, shares};
-    use crate::WritePolicy;
+    use crate::etcd::WritePolicy;
     use crate::keys::Namespace;
     use crate::metrics::Metrics;
 

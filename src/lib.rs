@@ -71,9 +71,8 @@
 
 pub mod admin;
 mod clock;
-mod connection;
 mod deadline;
-mod error;
+mod etcd;
 #[cfg(feature = "fault")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
 pub mod fault;
@@ -87,35 +86,31 @@ pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod write;
 
 /// The etcd client leasehold is built on, re-exported so that the types in leasehold's API
 /// that come from it ([`Ownership::guard`]'s `Compare`, [`Store::connect_with_client`]'s
 /// `Client`) need no second, matching dependency.
 pub use etcd_client;
 
-pub use admin::Admin;
-pub use connection::{
-    ConnectError, ConnectOptions, Connection, Credentials, MINIMUM_ETCD, MemberStatus,
-    NamespaceStatus, RetryPolicy, TlsOptions, etcd_metric,
-};
-pub use error::{
-    AcquireError, AppendError, EtcdError, FailureClass, JournalLeaseLostError, JournalWriteError,
-    LeaseHeldError, LeaseLostError, NilLeaseError, OpenJournalError, ReleaseError, ReplayError,
-    RetentionError, StoreError,
+pub use admin::{Admin, NamespaceStatus};
+pub use etcd::{
+    ConnectError, ConnectOptions, Connection, Credentials, EtcdError, FailureClass, MINIMUM_ETCD,
+    MemberStatus, RetryPolicy, TlsOptions, WritePolicy, etcd_metric,
 };
 pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
 pub use journal::{
-    Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLimits, Record, Replay,
-    ReplayOptions, Tip, Trimmed,
+    AppendError, Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLeaseLostError,
+    JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError, Record, Replay, ReplayError,
+    ReplayOptions, RetentionError, Tip, Trimmed,
 };
 pub use keys::{InvalidNamespaceError, Namespace};
-pub use lease::{Epoch, Lease, LossReason, Lost, MarginError, Ownership};
+pub use lease::{
+    Epoch, Lease, LeaseLostError, LossReason, Lost, MarginError, Ownership, ReleaseError,
+};
 pub use rig::{GcView, Rig};
-pub use store::{Store, StoreOptions};
+pub use store::{AcquireError, LeaseHeldError, Store, StoreError, StoreOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use uuid::Uuid;
-pub use write::WritePolicy;
 
 /// README.md's code blocks, compiled as doctests (`no_run` where they need etcd). The testing
 /// block needs the harness, so they are checked with `--all-features`.

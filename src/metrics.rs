@@ -47,9 +47,7 @@ use std::time::Duration;
 use metrics::{Label, SharedString, counter, gauge, histogram};
 use tokio::sync::watch;
 
-use crate::error::{EtcdError, JournalWriteError};
 use crate::keys::Namespace;
-use crate::lease::LossReason;
 
 const SESSIONS_HELD: &str = "leasehold_sessions_held";
 const ACQUISITIONS: &str = "leasehold_acquisitions_total";
@@ -156,9 +154,10 @@ impl Metrics {
         gauge!(SESSIONS_HELD, self.labels()).increment(1.0);
     }
 
-    pub(crate) fn lost(&self, reason: LossReason) {
+    /// A held lease was lost, for the reason labelled `reason` (`LossReason::label`).
+    pub(crate) fn lost(&self, reason: &'static str) {
         gauge!(SESSIONS_HELD, self.labels()).decrement(1.0);
-        counter!(LOSSES, self.with("reason", reason_label(reason))).increment(1);
+        counter!(LOSSES, self.with("reason", reason)).increment(1);
     }
 
     pub(crate) fn keepalive(&self, round_trip: Duration, slack: Duration) {
@@ -168,19 +167,9 @@ impl Metrics {
 
     /// One append call: its answer, and whether its transaction's outcome was unknown until
     /// the resolving read settled it.
-    pub(crate) fn append<T>(
-        &self,
-        result: &Result<T, JournalWriteError>,
-        resolved_by_read: bool,
-        records: usize,
-        took: Duration,
-    ) {
-        let outcome = append_outcome(result, resolved_by_read);
-        match result {
-            Ok(_) => self.written(None),
-            Err(JournalWriteError::Etcd(error)) => self.written(Some(error)),
-            Err(_) => {}
-        }
+    /// One append call of `records` records, answered with `outcome` after `took`.
+    pub(crate) fn append(&self, outcome: AppendOutcome, records: usize, took: Duration) {
+        let outcome = outcome.label();
         counter!(APPENDS, self.with("outcome", outcome)).increment(1);
         counter!(APPEND_RECORDS, self.with("outcome", outcome)).increment(records as u64);
         histogram!(APPEND_SECONDS, self.labels()).record(took.as_secs_f64());
@@ -204,15 +193,10 @@ impl Metrics {
         gauge!(SESSIONS_QUARANTINED, self.labels()).increment(change);
     }
 
-    /// etcd answered a write that puts keys: it accepted it (`None`, a failed compare
-    /// included: etcd refuses such a transaction for space before looking at its compares),
-    /// or refused it with `error`. Follows etcd's NOSPACE alarm (see the [module docs](self)).
-    pub(crate) fn written(&self, refused: Option<&EtcdError>) {
-        let raised = match refused {
-            None => false,
-            Some(error) if error.is_no_space() => true,
-            Some(_) => return,
-        };
+    /// etcd answered a write that puts keys as `put` says. Follows etcd's NOSPACE alarm (see
+    /// the [module docs](self)).
+    pub(crate) fn written(&self, put: Put) {
+        let raised = put == Put::RefusedForSpace;
         let mut was = raised;
         // Receivers wake only on a change.
         self.nospace.send_if_modified(|state| {
@@ -233,87 +217,59 @@ impl Metrics {
     }
 }
 
-/// The `outcome` label of an append call (see the [module docs](self)).
-fn append_outcome<T>(
-    result: &Result<T, JournalWriteError>,
-    resolved_by_read: bool,
-) -> &'static str {
-    match result {
-        // Committed or fenced, as only the resolving read could tell.
-        Ok(_) | Err(JournalWriteError::Fenced(_)) if resolved_by_read => "unknown_resolved",
-        Ok(_) => "ok",
-        Err(JournalWriteError::Fenced(_)) => "fenced",
-        Err(JournalWriteError::OutcomeUnknown(_)) => "unknown",
-        Err(_) => "failed",
-    }
+/// What etcd answered a write that puts keys, as far as its NOSPACE alarm goes (other refusals
+/// say nothing about space, and are not told).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// Accepted, a failed compare included: etcd refuses such a transaction for space before
+    /// it looks at its compares.
+    Accepted,
+    /// Refused with `mvcc: database space exceeded`.
+    RefusedForSpace,
 }
 
-fn reason_label(reason: LossReason) -> &'static str {
-    match reason {
-        LossReason::Released => "released",
-        LossReason::Revoked => "revoked",
-        LossReason::Overtaken => "overtaken",
-        LossReason::Expired => "expired",
-        LossReason::KeepaliveFailed => "keepalive_failed",
-        LossReason::StoreClosed => "store_closed",
-        LossReason::PermissionDenied => "permission_denied",
+/// What an append call got, as the `outcome` label counts it (the table in the
+/// [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AppendOutcome {
+    /// `ok`: its sequence numbers, from a reply.
+    Committed,
+    /// `fenced`: the hard fence, from a reply or a journal fenced already.
+    Fenced,
+    /// `unknown_resolved`: committed or fenced, as only the resolving read could tell.
+    Resolved,
+    /// `unknown`: not even the resolving read could settle it.
+    Unknown,
+    /// `failed`: any other error.
+    Failed,
+}
+
+impl AppendOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            AppendOutcome::Committed => "ok",
+            AppendOutcome::Fenced => "fenced",
+            AppendOutcome::Resolved => "unknown_resolved",
+            AppendOutcome::Unknown => "unknown",
+            AppendOutcome::Failed => "failed",
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{AppendError, EtcdError};
-    use crate::lease::Epoch;
 
     #[test]
     fn a_refusal_for_space_raises_the_nospace_alarm_and_an_accepted_write_clears_it() {
         let metrics = Metrics::new("n", &Namespace::default());
         let nospace = metrics.nospace();
-        let status = |status| EtcdError::new("txn", "e", etcd_client::Error::GRpcStatus(status));
-        let full = status(tonic::Status::resource_exhausted(
-            "etcdserver: mvcc: database space exceeded",
-        ));
-        let timeout = EtcdError::timed_out("txn", "e", Duration::from_secs(1));
         assert!(!*nospace.borrow());
-        metrics.written(Some(&full));
+        metrics.written(Put::RefusedForSpace);
         assert!(*nospace.borrow());
-        // Other failures say nothing about space.
-        metrics.written(Some(&timeout));
+        metrics.written(Put::RefusedForSpace);
         assert!(*nospace.borrow());
-        metrics.written(None);
+        metrics.written(Put::Accepted);
         assert!(!*nospace.borrow());
-        metrics.written(Some(&timeout));
-        assert!(!*nospace.borrow());
-        // Through appends: an etcd refusal raises it, an appended record clears it.
-        let refused = Err::<(), _>(JournalWriteError::Etcd(full));
-        metrics.append(&refused, false, 1, Duration::ZERO);
-        assert!(*nospace.borrow());
-        metrics.append(&Ok(()), false, 1, Duration::ZERO);
-        assert!(!*nospace.borrow());
-    }
-
-    #[test]
-    fn an_append_counts_under_one_outcome() {
-        let fenced = || {
-            Err::<(), _>(JournalWriteError::Fenced(AppendError {
-                session_id: uuid::Uuid::nil(),
-                epoch: Epoch(7),
-            }))
-        };
-        let unknown = || {
-            let error = EtcdError::timed_out("append", "e", Duration::from_secs(1));
-            Err::<(), _>(JournalWriteError::OutcomeUnknown(error))
-        };
-        assert_eq!(append_outcome(&Ok(()), false), "ok");
-        assert_eq!(append_outcome(&fenced(), false), "fenced");
-        assert_eq!(append_outcome(&unknown(), false), "unknown");
-        assert_eq!(
-            append_outcome(&Err::<(), _>(JournalWriteError::Indeterminate), false),
-            "failed"
-        );
-        // Settled by the resolving read, committed or not.
-        assert_eq!(append_outcome(&Ok(()), true), "unknown_resolved");
-        assert_eq!(append_outcome(&fenced(), true), "unknown_resolved");
     }
 }

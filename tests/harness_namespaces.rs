@@ -16,7 +16,10 @@ async fn a_test(connection: Connection, marker: &'static str) -> (String, Vec<Op
         let key = format!("{}owners/session-{i}", namespace.prefix());
         seen.push(connection.get(key).await.unwrap());
     }
-    let held = connection.namespace_status(&namespace).await.unwrap();
+    let held = leasehold::Admin::new(connection.clone(), namespace.clone())
+        .namespace_status()
+        .await
+        .unwrap();
     assert_eq!(held.keys, 20, "{marker} counts only its own keys");
     assert_eq!(held.owned_sessions, 20);
     (namespace.to_string(), seen)

@@ -23,7 +23,10 @@ async fn a_single_member_serves_put_and_get() {
     assert!(revision > status.revision);
     assert_eq!(connection.get(&key).await.unwrap(), Some(b"hello".to_vec()));
 
-    let held = connection.namespace_status(&namespace).await.unwrap();
+    let held = leasehold::Admin::new(connection.clone(), namespace.clone())
+        .namespace_status()
+        .await
+        .unwrap();
     assert_eq!((held.keys, held.owned_sessions), (1, 0));
     assert_eq!(held.revision, revision);
 }

@@ -156,12 +156,7 @@ async fn every_request_through_a_client_without_a_timeout_ends_when_its_member_g
     ends("Admin::trim", bound, admin.trim(session, 2)).await;
     ends("Admin::check", bound, admin.check(session)).await;
     ends("status", bound, store.connection().status()).await;
-    ends(
-        "namespace_status",
-        bound,
-        store.connection().namespace_status(&ns),
-    )
-    .await;
+    ends("namespace_status", bound, admin.namespace_status()).await;
     let mut replay = store.replay_records(session);
     ends("replay", bound, async {
         replay.next().await.expect("an item").map(|_| ())

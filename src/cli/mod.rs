@@ -458,8 +458,8 @@ async fn status(common: &Common) -> Result<(), Failure> {
             member.version
         );
     }
-    let held = connection
-        .namespace_status(&common.namespace)
+    let held = leasehold::Admin::new(connection.clone(), common.namespace.clone())
+        .namespace_status()
         .await
         .map_err(|error| Failure::etcd(error.class(), error))?;
     println!(

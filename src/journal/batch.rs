@@ -54,12 +54,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::JournalLimits;
-use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Seen, Sent, gets};
-use crate::connection::Connection;
-use crate::error::EtcdError;
+use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Seen, Sent};
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::{Connection, EtcdError, gets};
 use crate::lease::Ownership;
 use crate::metrics::Metrics;
-use crate::write::{self, WritePolicy, Written};
 
 /// What an append came to, and whether a resolving read settled it (for the metrics).
 type Outcome = (Sent, bool);
@@ -457,10 +456,10 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::etcd::write::Reply;
     use crate::journal::cas::tests::{owner, reply, tip, unknown};
     use crate::journal::record::encode_event;
     use crate::lease::{Epoch, LeaseState, NodeLease};
-    use crate::write::Reply;
 
     const EPOCH: Epoch = Epoch(40);
 

@@ -29,16 +29,15 @@
 //! and a trim never removes the last record, so an append whose first records were trimmed
 //! before its outcome was read is still recognised while it is the last.
 
-use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::record::{decode_record, decode_tip};
-use crate::connection::Connection;
-use crate::error::EtcdError;
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::{Connection, EtcdError, gets};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
-use crate::write::{self, WritePolicy, Written};
 
 /// What a sent append came to.
 #[derive(Debug)]
@@ -447,17 +446,6 @@ impl AppendTxn {
     }
 }
 
-/// The first key-value of each get in a transaction's reply, in order.
-pub(crate) fn gets(response: &TxnResponse) -> impl Iterator<Item = Option<KeyValue>> + '_ {
-    response
-        .op_responses()
-        .into_iter()
-        .filter_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
-            _ => None,
-        })
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use std::time::Duration;
@@ -467,8 +455,8 @@ pub(super) mod tests {
     };
 
     use super::*;
+    use crate::etcd::write::Reply;
     use crate::journal::record::{Tip, encode_event, encode_tip};
-    use crate::write::Reply;
 
     const EPOCH: Epoch = Epoch(40);
 

@@ -23,8 +23,8 @@ use uuid::Uuid;
 
 use super::record::{Tip, decode_tip};
 use super::{Event, Record, Replay, ReplayOptions};
-use crate::connection::Connection;
-use crate::error::ReplayError;
+use crate::etcd::Connection;
+use crate::journal::ReplayError;
 use crate::keys::Namespace;
 use crate::lease::Epoch;
 

@@ -19,10 +19,11 @@
 use etcd_client::{KeyValue, KvClient, Txn, TxnOp};
 use uuid::Uuid;
 
-use super::cas::{AppendTxn, Sent, gets};
+use super::cas::{AppendTxn, Sent};
 use super::record::{decode_tip, encode_fence, encode_tip};
 use super::{DecodeError, Journal, JournalContext, Tip};
-use crate::error::{AppendError, EtcdError, JournalLeaseLostError, OpenJournalError};
+use crate::etcd::{EtcdError, gets};
+use crate::journal::{AppendError, JournalLeaseLostError, OpenJournalError};
 use crate::lease::Ownership;
 
 /// The journal's tip as one linearizable read saw it, together with the owner key at the

@@ -113,6 +113,7 @@
 mod batch;
 mod cas;
 mod check;
+mod error;
 mod fence;
 pub(crate) mod mutant;
 mod record;
@@ -126,18 +127,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::connection::Connection;
-use crate::error::{AppendError, JournalLeaseLostError, JournalWriteError, RetentionError};
+use crate::etcd::Connection;
+use crate::etcd::write::WritePolicy;
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
-use crate::write::WritePolicy;
+use crate::metrics::{AppendOutcome, Metrics, Put};
 pub(crate) use batch::Batcher;
-pub(crate) use cas::gets;
 use cas::{AppendTxn, Sent, append_size};
 use mutant::Mutant;
 
 pub(crate) use check::check;
 pub use check::{JournalCheck, Violation};
+pub use error::{
+    AppendError, JournalLeaseLostError, JournalWriteError, NilLeaseError, OpenJournalError,
+    ReplayError, RetentionError,
+};
 pub(crate) use fence::{SeenTip, open};
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
@@ -289,7 +293,7 @@ struct Writer {
 pub(crate) struct JournalContext {
     /// The store's span (node, namespace), parent of the journal's.
     pub(crate) span: tracing::Span,
-    pub(crate) metrics: crate::metrics::Metrics,
+    pub(crate) metrics: Metrics,
     pub(crate) connection: Connection,
     pub(crate) namespace: Namespace,
     pub(crate) limits: JournalLimits,
@@ -468,9 +472,13 @@ impl Journal {
         let started = tokio::time::Instant::now();
         let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
         let (answered, resolved) = self.answer(payloads).instrument(span).await;
-        self.context
-            .metrics
-            .append(&answered, resolved, payloads.len(), started.elapsed());
+        count_append(
+            &self.context.metrics,
+            &answered,
+            resolved,
+            payloads.len(),
+            started.elapsed(),
+        );
         answered
     }
 
@@ -714,5 +722,89 @@ impl Journal {
             session_id: self.session_id(),
             epoch: self.epoch(),
         }
+    }
+}
+
+/// Counts an append call in `metrics`: its outcome, and what etcd's answer says of the NOSPACE
+/// alarm (a write etcd accepted clears it; one it refused for space raises it).
+fn count_append<T>(
+    metrics: &Metrics,
+    answered: &Result<T, JournalWriteError>,
+    resolved_by_read: bool,
+    records: usize,
+    took: std::time::Duration,
+) {
+    match answered {
+        Ok(_) => metrics.written(Put::Accepted),
+        Err(JournalWriteError::Etcd(error)) if error.is_no_space() => {
+            metrics.written(Put::RefusedForSpace);
+        }
+        Err(_) => {}
+    }
+    metrics.append(append_outcome(answered, resolved_by_read), records, took);
+}
+
+/// The `outcome` an append call counts under.
+fn append_outcome<T>(
+    result: &Result<T, JournalWriteError>,
+    resolved_by_read: bool,
+) -> AppendOutcome {
+    match result {
+        // Committed or fenced, as only the resolving read could tell.
+        Ok(_) | Err(JournalWriteError::Fenced(_)) if resolved_by_read => AppendOutcome::Resolved,
+        Ok(_) => AppendOutcome::Committed,
+        Err(JournalWriteError::Fenced(_)) => AppendOutcome::Fenced,
+        Err(JournalWriteError::OutcomeUnknown(_)) => AppendOutcome::Unknown,
+        Err(_) => AppendOutcome::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::etcd::EtcdError;
+
+    #[test]
+    fn an_etcd_refusal_for_space_raises_the_nospace_alarm_and_an_appended_record_clears_it() {
+        let metrics = Metrics::new("n", &Namespace::default());
+        let nospace = metrics.nospace();
+        let full = EtcdError::new(
+            "txn",
+            "e",
+            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
+                "etcdserver: mvcc: database space exceeded",
+            )),
+        );
+        let refused = Err::<(), _>(JournalWriteError::Etcd(full));
+        count_append(&metrics, &refused, false, 1, Duration::ZERO);
+        assert!(*nospace.borrow());
+        count_append(&metrics, &Ok(()), false, 1, Duration::ZERO);
+        assert!(!*nospace.borrow());
+    }
+
+    #[test]
+    fn an_append_counts_under_one_outcome() {
+        let fenced = || {
+            Err::<(), _>(JournalWriteError::Fenced(AppendError {
+                session_id: uuid::Uuid::nil(),
+                epoch: Epoch(7),
+            }))
+        };
+        let unknown = || {
+            let error = EtcdError::timed_out("append", "e", Duration::from_secs(1));
+            Err::<(), _>(JournalWriteError::OutcomeUnknown(error))
+        };
+        assert_eq!(append_outcome(&Ok(()), false), AppendOutcome::Committed);
+        assert_eq!(append_outcome(&fenced(), false), AppendOutcome::Fenced);
+        assert_eq!(append_outcome(&unknown(), false), AppendOutcome::Unknown);
+        assert_eq!(
+            append_outcome(&Err::<(), _>(JournalWriteError::Indeterminate), false),
+            AppendOutcome::Failed
+        );
+        // Settled by the resolving read, committed or not.
+        assert_eq!(append_outcome(&Ok(()), true), AppendOutcome::Resolved);
+        assert_eq!(append_outcome(&fenced(), true), AppendOutcome::Resolved);
     }
 }

@@ -11,8 +11,8 @@ use futures_util::{FutureExt as _, Stream};
 use super::ReplayOptions;
 use super::record::{Record, decode_record, seq_of_key};
 use super::retention::{base_of, first_record};
-use crate::connection::Connection;
-use crate::error::ReplayError;
+use crate::etcd::Connection;
+use crate::journal::ReplayError;
 
 struct Page {
     revision: i64,

@@ -61,13 +61,12 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::DecodeError;
-use super::cas::gets;
 use super::record::{Tip, decode_base, decode_tip, encode_base, seq_of_key};
-use crate::connection::Connection;
-use crate::error::{JournalLeaseLostError, RetentionError};
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::{Connection, gets};
+use crate::journal::{JournalLeaseLostError, RetentionError};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
-use crate::write::{self, WritePolicy, Written};
 
 /// The most records one trim transaction deletes: a trim of more moves the base in steps, so
 /// no single transaction (and no single watch event burst) grows with the journal.

@@ -1,12 +1,31 @@
 //! The owner's handle of a session lease.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::{Epoch, LeaseState, LossReason, Lost, Ownership};
-use crate::error::ReleaseError;
-use crate::store::{Delete, StoreShared};
+use super::{Epoch, LeaseState, LossReason, Lost, Ownership, ReleaseError};
+use crate::etcd::Delete;
+
+/// What a lease needs of the store that handed it out: its identity and span, and the two ways
+/// to delete the owner key. The store implements it; a lease knows nothing else of it.
+pub(crate) trait Releaser: Send + Sync {
+    /// The store's instance id (one per process), as written into its owner values.
+    fn id(&self) -> Uuid;
+    /// The store's span, the parent of a release's.
+    fn span(&self) -> &tracing::Span;
+    /// Deletes the owner key of `state` (already marked released), guarded by its epoch; if
+    /// that cannot be confirmed, the delete goes on in the background.
+    fn release<'a>(
+        &'a self,
+        state: &'a Arc<LeaseState>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ReleaseError>> + Send + 'a>>;
+    /// Deletes `before` and then the owner key of `state` (already marked released), in the
+    /// background, each confirmed before the next.
+    fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>);
+}
 
 /// Ownership of one session, held by the node that acquired it.
 ///
@@ -14,7 +33,7 @@ use crate::store::{Delete, StoreShared};
 /// background, so a forgotten session does not stay owned until its node dies.
 pub struct Lease {
     state: Arc<LeaseState>,
-    store: Arc<StoreShared>,
+    store: Arc<dyn Releaser>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -29,7 +48,7 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(state: Arc<LeaseState>, store: Arc<StoreShared>) -> Self {
+    pub(crate) fn new(state: Arc<LeaseState>, store: Arc<dyn Releaser>) -> Self {
         Self { state, store }
     }
 
@@ -72,8 +91,9 @@ impl Lease {
         self.state.released()
     }
 
-    pub(crate) fn store(&self) -> &Arc<StoreShared> {
-        &self.store
+    /// The id of the store that handed it out.
+    pub(crate) fn store_id(&self) -> Uuid {
+        self.store.id()
     }
 
     /// A read-only view of this ownership that cannot release it: what the journal and object
@@ -94,7 +114,7 @@ impl Lease {
     #[tracing::instrument(
         name = "release",
         skip_all,
-        parent = self.store().span(),
+        parent = self.store.span(),
         fields(session = %self.session_id(), epoch = %self.epoch())
     )]
     pub async fn release(&self) -> Result<(), ReleaseError> {

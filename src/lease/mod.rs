@@ -24,6 +24,7 @@
 //! and loss signal, and a [`guard`](Ownership::guard) that makes an etcd transaction
 //! conditional on still owning, but no way to release the lease.
 
+pub(crate) mod error;
 mod handle;
 mod ownership;
 mod state;
@@ -31,7 +32,9 @@ pub(crate) mod validity;
 
 use std::fmt;
 
+pub use error::{LeaseLostError, ReleaseError};
 pub use handle::Lease;
+pub(crate) use handle::Releaser;
 pub use ownership::Ownership;
 pub use state::Lost;
 pub(crate) use state::{LeaseState, NodeLease};
@@ -84,6 +87,21 @@ pub enum LossReason {
     /// namespace), so the store can no longer learn who owns its sessions: every lease of the
     /// store is lost, and its acquisitions fail with the permission error.
     PermissionDenied,
+}
+
+impl LossReason {
+    /// The reason as the `reason` label of `leasehold_losses_total` names it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LossReason::Released => "released",
+            LossReason::Revoked => "revoked",
+            LossReason::Overtaken => "overtaken",
+            LossReason::Expired => "expired",
+            LossReason::KeepaliveFailed => "keepalive_failed",
+            LossReason::StoreClosed => "store_closed",
+            LossReason::PermissionDenied => "permission_denied",
+        }
+    }
 }
 
 impl fmt::Display for LossReason {

@@ -6,7 +6,7 @@ use etcd_client::{Compare, CompareOp};
 use uuid::Uuid;
 
 use super::{Epoch, LeaseState, LossReason, Lost};
-use crate::error::LeaseLostError;
+use crate::lease::LeaseLostError;
 
 /// A read-only view of a session's ownership: session, epoch, validity, the loss signal, and a
 /// guard for etcd transactions. It has no way to release the lease; that stays with the

@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::{Epoch, LossReason};
 use crate::clock;
-use crate::journal::SeenTip;
 use crate::metrics::Metrics;
+use etcd_client::KeyValue;
 
 /// One generation of a store's node lease, as its handles see it. The keepalive task moves the
 /// deadline; readers need no lock.
@@ -121,9 +121,10 @@ pub(crate) struct LeaseState {
     /// `COUNTED` once handed out and counted as held, `LOST` once lost: the held gauge goes
     /// down once for each lease it went up for, whichever comes first.
     counting: std::sync::atomic::AtomicU8,
-    /// The journal's tip as the acquisition read it, in the transaction that created the owner
-    /// key; the journal's open fences at it instead of reading it again. Taken by the open.
-    seen_tip: std::sync::Mutex<Option<SeenTip>>,
+    /// The journal's tip key as the acquisition read it (`Some(None)`: there was none), in
+    /// the transaction that created the owner key; the journal's open fences at it instead of
+    /// reading it again. Taken by the open.
+    seen_tip: std::sync::Mutex<Option<Option<KeyValue>>>,
 }
 
 const COUNTED: u8 = 1;
@@ -190,7 +191,7 @@ impl LeaseState {
             if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
                 && let Some(metrics) = self.metrics.get()
             {
-                metrics.lost(reason);
+                metrics.lost(reason.label());
             }
         }
         first
@@ -219,12 +220,12 @@ impl LeaseState {
     }
 
     /// Keeps the tip the acquisition read, for the journal's open.
-    pub(crate) fn set_seen_tip(&self, seen: SeenTip) {
+    pub(crate) fn set_seen_tip(&self, seen: Option<KeyValue>) {
         *self.seen_tip.lock().expect("never held across a panic") = Some(seen);
     }
 
     /// The tip the acquisition read, once: the open that takes it fences at it.
-    pub(crate) fn take_seen_tip(&self) -> Option<SeenTip> {
+    pub(crate) fn take_seen_tip(&self) -> Option<Option<KeyValue>> {
         self.seen_tip
             .lock()
             .expect("never held across a panic")

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use etcd_client::{Txn, TxnOp};
 use uuid::Uuid;
 
-use crate::error::{EtcdError, LeaseLostError};
-use crate::lease::{Epoch, Lost, Ownership};
+use crate::etcd::EtcdError;
+use crate::etcd::write::{self, Written};
+use crate::lease::{Epoch, LeaseLostError, Lost, Ownership};
 use crate::store::StoreShared;
-use crate::write::{self, Written};
 
 /// A guarded delete of object GC failed.
 #[derive(Debug, thiserror::Error)]

@@ -26,15 +26,17 @@
 
 mod gc;
 
+use std::sync::Arc;
+
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::error::{AcquireError, EtcdError, OpenJournalError, ReleaseError};
-use crate::journal::{Journal, gets};
-use crate::lease::{Epoch, Lease, Lost, Ownership};
-use crate::store::{Delete, Store};
-use crate::write::{self, Written};
+use crate::etcd::write::{self, Written};
+use crate::etcd::{Delete, EtcdError, gets};
+use crate::journal::{Journal, OpenJournalError};
+use crate::lease::{Epoch, Lease, Lost, Ownership, ReleaseError};
+use crate::store::{AcquireError, Store, StoreShared};
 
 pub use gc::{GcError, GcView};
 
@@ -82,6 +84,8 @@ pub struct Rig {
     journal: Journal,
     workspace_key: String,
     workspace_revision: i64,
+    /// The store the session lives in: its workspace root's deletes go through it.
+    store: Arc<StoreShared>,
     // Declared last: the lease outlives the rest while fields drop.
     lease: Lease,
     /// Releases the workspace root when the session is lost.
@@ -162,7 +166,7 @@ impl Rig {
         let on_loss = {
             let (lost, shared, node) = (
                 lease.lost(),
-                lease.store().clone(),
+                store.shared().clone(),
                 lease.state().node.clone(),
             );
             tokio::spawn(async move {
@@ -175,6 +179,7 @@ impl Rig {
             journal,
             workspace_key: key,
             workspace_revision: revision,
+            store: store.shared().clone(),
             lease,
             on_loss,
         })
@@ -212,7 +217,7 @@ impl Rig {
 
     /// The view object GC gets.
     pub fn gc_view(&self) -> GcView {
-        GcView::new(self.lease.ownership(), self.lease.store().clone())
+        GcView::new(self.lease.ownership(), self.store.clone())
     }
 
     /// The workspace root's key.
@@ -238,8 +243,7 @@ impl Rig {
         }
         let node = &self.lease.state().node;
         let released = self
-            .lease
-            .store()
+            .store
             .guarded_delete(&self.workspace_key, self.workspace_revision, node)
             .await;
         if let Err(error) = released {

@@ -25,10 +25,11 @@ use uuid::Uuid;
 
 use super::StoreShared;
 use super::owner_value::OwnerValue;
-use crate::error::{AcquireError, EtcdError, LeaseHeldError};
-use crate::journal::{SeenTip, gets};
+use crate::etcd::write::{self, Written};
+use crate::etcd::{EtcdError, gets};
 use crate::lease::{Epoch, Lease, LeaseState, LossReason};
-use crate::write::{self, Written};
+use crate::metrics::Put;
+use crate::store::{AcquireError, LeaseHeldError};
 
 /// An acquisition under way, registered so that watch events for its session are kept for it.
 /// Ends its registration also if the acquisition is dropped or panics.
@@ -95,8 +96,10 @@ impl StoreShared {
             // The acquire transaction puts. Held: etcd answered it (its compare failed), which
             // it does only while it accepts puts (or, rarely, a read settled an unknown
             // outcome: the next write says again).
-            Ok(_) | Err(AcquireError::Held(_)) => metrics.written(None),
-            Err(AcquireError::Etcd(error)) => metrics.written(Some(error)),
+            Ok(_) | Err(AcquireError::Held(_)) => metrics.written(Put::Accepted),
+            Err(AcquireError::Etcd(error)) if error.is_no_space() => {
+                metrics.written(Put::RefusedForSpace);
+            }
             Err(_) => {}
         }
         acquired
@@ -146,7 +149,7 @@ impl StoreShared {
         let state = outcome.as_ref().ok().map(|(epoch, seen)| {
             let state = LeaseState::new(session, *epoch, key.clone(), nonce, node.clone());
             if let Some(seen) = seen {
-                state.set_seen_tip(*seen);
+                state.set_seen_tip(seen.clone());
             }
             state
         });
@@ -181,17 +184,14 @@ impl StoreShared {
         session: Uuid,
         nonce: Uuid,
         written: Written,
-    ) -> Result<(Epoch, Option<SeenTip>), AcquireError> {
+    ) -> Result<(Epoch, Option<Option<KeyValue>>), AcquireError> {
         let holder = |response: &TxnResponse| gets(response).next().flatten();
         let adopted = |epoch| (epoch, None);
         match written {
             Written::Replied(response) if response.succeeded() => {
                 let epoch = Epoch(response.header().map_or(0, |h| h.revision()).max(0) as u64);
-                // A tip that does not decode is left for the open's read to report.
-                let seen = gets(&response)
-                    .next()
-                    .and_then(|tip| SeenTip::of(tip.as_ref()).ok());
-                Ok((epoch, seen))
+                // The tip as read, `None` inside when there is none.
+                Ok((epoch, gets(&response).next()))
             }
             Written::Replied(response) => match holder(&response) {
                 Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),

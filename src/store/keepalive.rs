@@ -10,8 +10,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::StoreShared;
 use crate::clock::{self, sleep_until};
-use crate::connection::Connection;
-use crate::error::EtcdError;
+use crate::etcd::{Connection, EtcdError};
 use crate::lease::validity::{self, MarginError, Renewal, Validity};
 use crate::lease::{LossReason, NodeLease};
 
@@ -223,7 +222,7 @@ async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opene
                             // Its stream token expired: the next opening there authenticates.
                             connection.forget_stream_token(&endpoint);
                         }
-                        tracing::debug!(%endpoint, error = %crate::error::chain(&error), "opening the keepalive stream failed");
+                        tracing::debug!(%endpoint, error = %crate::etcd::chain(&error), "opening the keepalive stream failed");
                         next = next.min(clock::later(RETRY));
                     }
                     Err(_) => {

@@ -66,6 +66,7 @@
 
 mod acquire;
 mod cleanup;
+mod error;
 mod keepalive;
 mod owner_value;
 mod owner_watch;
@@ -81,23 +82,21 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::connection::{ConnectOptions, Connection, Credentials, RetryPolicy, TlsOptions};
 use crate::deadline::{FOREVER, deadline};
-use crate::error::{
-    AcquireError, EtcdError, NilLeaseError, OpenJournalError, ReleaseError, RetentionError,
-    StoreError,
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::{
+    ConnectOptions, Connection, Credentials, Delete, EtcdError, RetryPolicy, TlsOptions,
 };
 use crate::journal::mutant::Mutant;
 use crate::journal::{
-    self, Authority, Batcher, Deleted, Event, Journal, JournalContext, JournalLimits, Record,
-    Replay, ReplayOptions, Retention,
+    self, Authority, Batcher, Deleted, Event, Journal, JournalContext, JournalLimits,
+    NilLeaseError, OpenJournalError, Record, Replay, ReplayOptions, Retention, RetentionError,
 };
 use crate::keys::Namespace;
-use crate::lease::{Lease, LeaseState, LossReason, NodeLease, validity};
+use crate::lease::{Lease, LeaseState, LossReason, NodeLease, ReleaseError, Releaser, validity};
 use crate::metrics::Metrics;
-use crate::write::{self, WritePolicy, Written};
 use cleanup::Cleanup;
-pub(crate) use cleanup::Delete;
+pub use error::{AcquireError, LeaseHeldError, StoreError};
 pub(crate) use owner_value::OwnerValue;
 use registry::{Orphan, Registry};
 
@@ -248,7 +247,7 @@ impl StoreOptions {
     /// catches what it breaks. Never for production: the invariants do not hold under it.
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub fn with_mutant(mut self, mutant: crate::testing::Mutant) -> Self {
+    pub fn with_mutant(mut self, mutant: crate::journal::mutant::Mutant) -> Self {
         self.mutant = mutant;
         self
     }
@@ -637,7 +636,7 @@ impl Store {
                 lease_session: lease.session_id(),
             });
         }
-        if !Arc::ptr_eq(lease.store(), &self.shared) {
+        if lease.store_id() != self.shared.id {
             return Err(OpenJournalError::ForeignLease);
         }
         tracing::Span::current().record("epoch", tracing::field::display(lease.epoch()));
@@ -650,7 +649,10 @@ impl Store {
         let opened = journal::open(
             self.shared.journal_context(),
             lease.ownership(),
-            state.take_seen_tip(),
+            // A tip that does not decode is left for the open's read to report.
+            state
+                .take_seen_tip()
+                .and_then(|tip| journal::SeenTip::of(tip.as_ref()).ok()),
         )
         .await;
         // A fence whose outcome is unknown may have committed: never fence again with this
@@ -702,7 +704,8 @@ impl Store {
     pub fn replay(
         &self,
         session: Uuid,
-    ) -> impl futures_util::Stream<Item = Result<Event, crate::ReplayError>> + Send + 'static {
+    ) -> impl futures_util::Stream<Item = Result<Event, journal::ReplayError>> + Send + 'static
+    {
         use futures_util::StreamExt as _;
         self.replay_records(session)
             .filter_map(|record| async move {
@@ -868,7 +871,7 @@ impl StoreShared {
     }
 
     /// Releases a lease whose state is already marked released.
-    pub(crate) async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
+    async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
         self.registry().forget(state);
         if state.node.is_lost() {
             // The owner key goes with its node lease: revoked, or expiring by itself.
@@ -893,7 +896,7 @@ impl StoreShared {
 
     /// Releases a lease (already marked released) in the background, after the deletes
     /// `before` (e.g. its workspace root): each is confirmed before the next is sent.
-    pub(crate) fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
+    fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
         self.registry().forget(state);
         let mut deletes = before;
         deletes.push(Delete::created_at(&state.owner_key, state.epoch.revision()));
@@ -960,6 +963,27 @@ impl StoreShared {
     /// Loses every lease of node lease `node_id` (all leases for `None`).
     pub(crate) fn lose_all(&self, node_id: Option<i64>, reason: LossReason) {
         self.registry().lose_all(node_id, reason);
+    }
+}
+
+impl Releaser for StoreShared {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    fn release<'a>(
+        &'a self,
+        state: &'a Arc<LeaseState>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), ReleaseError>> + Send + 'a>> {
+        Box::pin(StoreShared::release(self, state))
+    }
+
+    fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
+        StoreShared::release_in_background(self, state, before);
     }
 }
 

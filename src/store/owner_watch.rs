@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
-use crate::error::{EtcdError, chain};
+use crate::etcd::{EtcdError, chain};
 
 /// The owner keys at one revision.
 struct Snapshot {

@@ -4,9 +4,8 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use crate::error::JournalWriteError;
-use crate::journal::Appended;
 pub use crate::journal::Violation;
+use crate::journal::{Appended, JournalWriteError};
 use crate::lease::Epoch;
 use crate::store::Store;
 

@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 use super::HarnessError;
-use crate::error::chain;
+use crate::etcd::chain;
 
 /// The repository of the images the harness builds itself.
 const REPOSITORY: &str = "leasehold-etcd";

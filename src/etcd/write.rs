@@ -36,8 +36,8 @@ use backon::{BackoffBuilder as _, ExponentialBuilder};
 use etcd_client::{Txn, TxnResponse};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Connection;
-use crate::error::{EtcdError, FailureClass};
+use super::connection::Connection;
+use super::error::{EtcdError, FailureClass};
 
 /// How writes are sent and re-sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
