@@ -7,14 +7,20 @@
 //! permanent failure. A job is queued at most once at a time (see
 //! `StoreShared::delete_in_background`).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+use uuid::Uuid;
 
-use super::StoreShared;
-use crate::etcd::Delete;
+use super::registry::Orphan;
+use super::{OwnerValue, StoreShared};
+use crate::deadline::deadline;
 use crate::etcd::write::{self, Written};
-use crate::lease::NodeLease;
+use crate::etcd::{Delete, EtcdError};
+use crate::lease::{LeaseState, NodeLease, ReleaseError, Releaser};
 
 /// Guarded deletes, in order (the next only once the one before is confirmed), of keys
 /// attached to `node`. `name` claims the job while it is queued or running: a job of the same
@@ -104,6 +110,149 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
         }
     }
     shared.end_cleanup(&job.name);
+}
+
+/// The store's deletes: guarded, in the foreground or as background jobs.
+impl StoreShared {
+    /// Deletes `key` if it still has `create_revision` (an owner key at its epoch, a workspace
+    /// root), in the foreground: re-sent while `node` lives, for at most the request timeout.
+    /// `Ok(true)` if it deleted the key, `Ok(false)` if the key was already gone or replaced.
+    pub(crate) async fn guarded_delete(
+        &self,
+        key: &str,
+        create_revision: i64,
+        node: &NodeLease,
+    ) -> Result<bool, EtcdError> {
+        let txn = Delete::created_at(key, create_revision).txn();
+        let until = deadline(Instant::now(), self.request_timeout);
+        let go_on = || !node.is_lost() && Instant::now() < until;
+        match write::send(
+            &self.connection,
+            &self.write,
+            "guarded delete",
+            &txn,
+            None,
+            go_on,
+            &self.shutdown,
+        )
+        .await
+        {
+            Written::Replied(response) => Ok(response.succeeded()),
+            Written::Unknown(error) | Written::Failed(error) => Err(error),
+            Written::Resolved { unknown, .. } => Err(unknown),
+        }
+    }
+
+    /// Releases a lease whose state is already marked released.
+    async fn release(&self, state: &Arc<LeaseState>) -> Result<(), ReleaseError> {
+        self.registry().forget(state);
+        if state.node.is_lost() {
+            // The owner key goes with its node lease: revoked, or expiring by itself.
+            return Ok(());
+        }
+        match self
+            .guarded_delete(&state.owner_key, state.epoch.revision(), &state.node)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                tracing::warn!(session = %state.session, %error, "release deferred to the background");
+                self.queue_cleanup(Cleanup {
+                    name: Cleanup::owner_key_name(state.nonce),
+                    deletes: vec![Delete::created_at(&state.owner_key, state.epoch.revision())],
+                    node: state.node.clone(),
+                });
+                Err(ReleaseError::Deferred(error))
+            }
+        }
+    }
+
+    /// Releases a lease (already marked released) in the background, after the deletes
+    /// `before` (e.g. its workspace root): each is confirmed before the next is sent.
+    fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
+        self.registry().forget(state);
+        let mut deletes = before;
+        deletes.push(Delete::created_at(&state.owner_key, state.epoch.revision()));
+        // Named after the owner key: no orphan delete of the same key (after a watch restart
+        // that no longer finds the lease) jumps the order.
+        self.queue_cleanup(Cleanup {
+            name: Cleanup::owner_key_name(state.nonce),
+            deletes,
+            node: state.node.clone(),
+        });
+    }
+
+    /// Guarded deletes in order, in the background: each is re-sent until confirmed, and the
+    /// next is sent only then. They stop when `node` (which the keys are attached to, so its
+    /// end deletes them) is lost, when the store shuts down, or at a permanent error (the later
+    /// ones are then not sent: the order is never broken). A job whose first delete is already
+    /// queued or running is not queued twice.
+    pub(crate) fn delete_in_background(&self, deletes: Vec<Delete>, node: Arc<NodeLease>) {
+        if !deletes.is_empty() {
+            self.queue_cleanup(Cleanup {
+                name: Cleanup::deletes_name(&deletes),
+                deletes,
+                node,
+            });
+        }
+    }
+
+    /// Deletes an owner key of ours that no lease adopted, guarded by its value (our store id
+    /// and that acquisition's nonce).
+    pub(crate) fn delete_orphan(&self, orphan: Orphan) {
+        // It is attached to one of this store's node leases: the current one, or an older one
+        // that is revoked or expires by itself.
+        let Some(node) = self.current_node() else {
+            return;
+        };
+        let value = OwnerValue {
+            store: self.id,
+            nonce: orphan.nonce,
+            node: self.node.clone(),
+        }
+        .encode();
+        let key = self.namespace.owner_key(orphan.session);
+        let queued = self.queue_cleanup(Cleanup {
+            name: Cleanup::owner_key_name(orphan.nonce),
+            deletes: vec![Delete::holding(key, value)],
+            node,
+        });
+        if queued {
+            tracing::info!(session = %orphan.session, "deleting an owner key of ours that no lease adopted");
+        }
+    }
+
+    /// Queues a cleanup job unless one of its name is queued or running; true if queued.
+    fn queue_cleanup(&self, job: Cleanup) -> bool {
+        // If the store is closing, its node lease's revocation deletes what is left.
+        self.cleanups.claim(job.name.clone()) && self.cleanup.send(job).is_ok()
+    }
+
+    /// Ends the claim of a finished cleanup job.
+    pub(crate) fn end_cleanup(&self, name: &str) {
+        self.cleanups.end(name);
+    }
+}
+
+impl Releaser for StoreShared {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    fn release<'a>(
+        &'a self,
+        state: &'a Arc<LeaseState>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ReleaseError>> + Send + 'a>> {
+        Box::pin(StoreShared::release(self, state))
+    }
+
+    fn release_in_background(&self, state: &Arc<LeaseState>, before: Vec<Delete>) {
+        StoreShared::release_in_background(self, state, before);
+    }
 }
 
 #[cfg(test)]
