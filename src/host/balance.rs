@@ -1,0 +1,355 @@
+//! Balance: this host's key, the live hosts, the share each may hold, shedding what is over
+//! it; and the leave (see the [module docs](super#balance)).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Inner, lock};
+use crate::etcd::Delete;
+use crate::etcd::write::{self, WritePolicy, Written};
+use crate::keys::prefix_end;
+use crate::lease::NodeLease;
+
+impl Inner {
+    /// Writes this host's key, attached to the current node lease (returned, with whether a
+    /// reply confirmed the put). Not stopped by the host's leaving: it is re-sent until a reply
+    /// settles it, the node lease stops being valid (then it is lost, and the key with it), or
+    /// the store closes (which revokes the node lease), so no send of it is still on its way
+    /// when the leave's delete goes out.
+    async fn register(&self) -> Option<(Arc<NodeLease>, bool)> {
+        let shared = self.store.shared();
+        let node = shared.current_node().filter(|node| node.is_valid())?;
+        let txn = Txn::new().and_then([TxnOp::put(
+            self.host_key.as_str(),
+            self.host_value.as_str(),
+            Some(PutOptions::new().with_lease(node.id)),
+        )]);
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "host key",
+            &txn,
+            None,
+            || node.is_valid(),
+            &shared.shutdown,
+        )
+        .await;
+        let replied = matches!(written, Written::Replied(_));
+        Some((node, replied))
+    }
+
+    /// The live hosts, sorted by key, at one revision: each key and its maximum.
+    async fn live_hosts(&self) -> Option<Vec<(Vec<u8>, Option<usize>)>> {
+        let prefix = self.store.namespace().hosts_prefix();
+        let options = GetOptions::new().with_range(prefix_end(&prefix));
+        let read = self
+            .store
+            .connection()
+            .read("list hosts", |mut client: KvClient, _| {
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { client.get(prefix, Some(options)).await }
+            });
+        let response = tokio::select! {
+            response = read => response.ok()?,
+            _ = self.leaving.cancelled() => return None,
+            _ = self.shutdown.cancelled() => return None,
+        };
+        Some(
+            response
+                .kvs()
+                .iter()
+                .map(|kv| (kv.key().to_vec(), HostValue::decode(kv.value()).max))
+                .collect(),
+        )
+    }
+
+    /// Sheds owned sessions until at most `cap` are held.
+    fn shed_to(&self, cap: usize) {
+        let owned = lock(&self.owned);
+        let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
+        for shed in owned.values().filter(|t| !t.is_cancelled()).take(excess) {
+            shed.cancel();
+        }
+    }
+}
+
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. When the host
+/// starts leaving, deletes the host's key and ends. Registering and leaving are done here
+/// alone, one after the other, so the delete always comes after the last put.
+pub(super) async fn balance(inner: Arc<Inner>) {
+    let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
+    let mut registered_on = None;
+    // The node lease of the last put sent: the key, if it exists, is attached to it.
+    let mut written_on: Option<Arc<NodeLease>> = None;
+    loop {
+        let node = inner.store.node_lease_id();
+        if node.is_some()
+            && registered_on != node
+            && !inner.leaving.is_cancelled()
+            && let Some((lease, replied)) = inner.register().await
+        {
+            if replied {
+                registered_on = Some(lease.id);
+            }
+            written_on = Some(lease);
+        }
+        if inner.leaving.is_cancelled() {
+            break;
+        }
+        if let Some(mut hosts) = inner.live_hosts().await {
+            let wanted = lock(&inner.wanted).len();
+            let own = inner.host_key.as_bytes();
+            // Not (yet) listed: count itself, last.
+            let rank = hosts
+                .iter()
+                .position(|(key, _)| key == own)
+                .unwrap_or_else(|| {
+                    hosts.push((own.to_vec(), inner.options.max_sessions));
+                    hosts.len() - 1
+                });
+            let maxima: Vec<Option<usize>> = hosts.iter().map(|(_, max)| *max).collect();
+            let share = shares(wanted, &maxima)[rank];
+            let cap = inner
+                .options
+                .max_sessions
+                .map_or(share, |max| share.min(max));
+            let live = hosts.len();
+            if inner
+                .cap
+                .send_if_modified(|current| std::mem::replace(current, cap) != cap)
+            {
+                tracing::debug!(
+                    node = inner.store.node(),
+                    live,
+                    wanted,
+                    cap,
+                    "session host share"
+                );
+            }
+            inner.shed_to(cap);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = inner.recount.notified() => {}
+            _ = inner.leaving.cancelled() => break,
+        }
+    }
+    inner.leave(written_on).await;
+    inner.left.cancel();
+}
+
+impl Inner {
+    /// Hands this host's share over: takes no more sessions and deletes the host's key (put
+    /// last on `node`), so the other hosts' shares grow. The delete is guarded by this host's
+    /// value and tried for at most three write attempts here; one not confirmed by then is
+    /// handed to the store's background deletes, which re-send it until it is confirmed or
+    /// `node` is lost (its end deletes the key).
+    async fn leave(&self, node: Option<Arc<NodeLease>>) {
+        self.cap.send_replace(0);
+        let Some(node) = node.filter(|node| !node.is_lost()) else {
+            return;
+        };
+        let shared = self.store.shared();
+        let delete = Delete::holding(self.host_key.as_str(), self.host_value.as_str());
+        let until = Instant::now().checked_add(leave_bound(&shared.write));
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "host key",
+            &delete.txn(),
+            None,
+            || !node.is_lost() && until.is_none_or(|until| Instant::now() < until),
+            &shared.shutdown,
+        )
+        .await;
+        match written {
+            Written::Replied(_) => {
+                tracing::debug!(key = %self.host_key, "session host key deleted");
+            }
+            Written::Failed(error)
+            | Written::Unknown(error)
+            | Written::Resolved { unknown: error, .. } => {
+                tracing::warn!(key = %self.host_key, %error, "session host key delete deferred to the background");
+                shared.delete_in_background(vec![delete], node);
+            }
+        }
+    }
+}
+
+/// How long a leave's delete is tried in the foreground: three write attempts (saturating: a
+/// huge attempt timeout means no bound).
+pub(super) fn leave_bound(policy: &WritePolicy) -> Duration {
+    policy.attempt_timeout.saturating_mul(3)
+}
+
+/// The shares of `wanted` sessions among hosts (in key order) with these maxima: as even as
+/// the maxima allow (shares of hosts below their maximum differ by at most one, the earlier
+/// hosts taking the extra ones), adding up to `wanted` or to the sum of the maxima, whichever
+/// is less. Every host computes the same shares from the same list.
+pub(super) fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
+    let mut shares = vec![0; maxima.len()];
+    let mut open: Vec<usize> = (0..maxima.len()).collect();
+    let mut left = wanted;
+    while !open.is_empty() {
+        let (base, extra) = (left / open.len(), left % open.len());
+        let fair = |rank: usize| base + usize::from(rank < extra);
+        // Hosts whose maximum is below their fair share take their maximum; the rest share
+        // what is left.
+        let full: Vec<usize> = open
+            .iter()
+            .enumerate()
+            .filter(|&(rank, &host)| maxima[host].is_some_and(|max| max < fair(rank)))
+            .map(|(_, &host)| host)
+            .collect();
+        if full.is_empty() {
+            for (rank, &host) in open.iter().enumerate() {
+                shares[host] = fair(rank);
+            }
+            break;
+        }
+        for &host in &full {
+            let max = maxima[host].unwrap_or(0);
+            shares[host] = max;
+            left -= max;
+        }
+        open.retain(|host| !full.contains(host));
+    }
+    shares
+}
+
+/// What a host's key holds: its maximum, the host's nonce (which makes the value unique to
+/// the host, for the leave's guarded delete) and its node's name.
+pub(super) struct HostValue {
+    pub(super) max: Option<usize>,
+    pub(super) nonce: Uuid,
+    pub(super) node: String,
+}
+
+impl HostValue {
+    const PREFIX: &'static str = "leasehold-host/1";
+
+    /// `leasehold-host/1 {max or -} {nonce} {node}`. (Hosts that wrote no nonce read the
+    /// nonce as part of the node's name, which only names the host.)
+    pub(super) fn encode(&self) -> String {
+        let max = self
+            .max
+            .map_or_else(|| "-".to_owned(), |max| max.to_string());
+        format!("{} {max} {} {}", Self::PREFIX, self.nonce, self.node)
+    }
+
+    /// Anything unreadable counts as a host without a maximum.
+    pub(super) fn decode(value: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(value);
+        let mut parts = text.splitn(4, ' ');
+        let known = parts.next() == Some(Self::PREFIX);
+        let max = parts
+            .next()
+            .filter(|_| known)
+            .and_then(|max| max.parse().ok());
+        let nonce = parts
+            .next()
+            .and_then(|nonce| nonce.parse().ok())
+            .unwrap_or_default();
+        let node = parts.next().unwrap_or_default().to_owned();
+        Self { max, nonce, node }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{HostValue, leave_bound, shares};
+    use crate::etcd::WritePolicy;
+
+    #[test]
+    fn a_huge_attempt_timeout_leaves_without_a_bound_and_without_overflow() {
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::MAX);
+        assert_eq!(leave_bound(&policy), Duration::MAX);
+        assert!(
+            tokio::time::Instant::now()
+                .checked_add(leave_bound(&policy))
+                .is_none()
+        );
+        let policy = WritePolicy::default().with_attempt_timeout(Duration::from_secs(1));
+        assert_eq!(leave_bound(&policy), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn shares_add_up_and_differ_by_at_most_one() {
+        for wanted in 0..40 {
+            for live in 1..7usize {
+                let shares = shares(wanted, &vec![None; live]);
+                assert_eq!(shares.iter().sum::<usize>(), wanted, "{wanted} over {live}");
+                let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+                assert!(max - min <= 1, "{wanted} over {live}: {shares:?}");
+                assert!(
+                    shares.windows(2).all(|w| w[0] >= w[1]),
+                    "earlier hosts first"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_capped_host_leaves_the_rest_to_the_others() {
+        assert_eq!(shares(10, &[Some(3), None]), [3, 7]);
+        assert_eq!(shares(10, &[None, Some(3), None]), [4, 3, 3]);
+        assert_eq!(
+            shares(10, &[Some(2), Some(2)]),
+            [2, 2],
+            "no more than the maxima"
+        );
+        assert_eq!(
+            shares(30, &[Some(0), None, None, Some(20)]),
+            [0, 10, 10, 10]
+        );
+        // Any maxima: never above a maximum, the total as large as it can be.
+        for wanted in 0..25 {
+            for a in 0..6 {
+                for b in 0..6 {
+                    let maxima = [Some(a), None, Some(b), None];
+                    let got = shares(wanted, &maxima);
+                    assert_eq!(
+                        got.iter().sum::<usize>(),
+                        wanted,
+                        "{wanted} {maxima:?}: {got:?}"
+                    );
+                    assert!(got[0] <= a && got[2] <= b);
+                    let maxima = [Some(a), Some(b)];
+                    let got = shares(wanted, &maxima);
+                    assert_eq!(
+                        got.iter().sum::<usize>(),
+                        wanted.min(a + b),
+                        "{wanted} {maxima:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn host_values_round_trip_and_garbage_has_no_maximum() {
+        for max in [None, Some(0), Some(12)] {
+            let nonce = uuid::Uuid::new_v4();
+            let value = HostValue {
+                max,
+                nonce,
+                node: "node a".into(),
+            }
+            .encode();
+            let decoded = HostValue::decode(value.as_bytes());
+            assert_eq!(
+                (decoded.max, decoded.nonce, decoded.node.as_str()),
+                (max, nonce, "node a")
+            );
+        }
+        assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
+        assert_eq!(HostValue::decode(b"").max, None);
+    }
+}

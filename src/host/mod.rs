@@ -1,0 +1,289 @@
+//! [`SessionHost`]: keeps a set of sessions owned and worked on, across a cluster of hosts.
+//!
+//! A host is given the sessions it should host (a fixed set, changed later with
+//! [`add`](SessionHost::add) and [`remove`](SessionHost::remove)). For each it runs one task:
+//!
+//! 1. wait for a free slot (see *Balance*);
+//! 2. acquire the session; if it is held elsewhere, stand by (woken by the owner key's
+//!    delete, with the store's slow re-check as a backstop) and go to 1;
+//! 3. open a [`Rig`] (lease, workspace root, fenced journal) and run the user's
+//!    `work(rig, token)`;
+//! 4. when the lease is lost, the journal breaks ([`Journal::broken`]: fenced, or an append
+//!    whose outcome could not be settled), the user's work returns, the host sheds the
+//!    session, or the session is removed: cancel `token`, give the work
+//!    [`HostOptions::stop_grace`] to return (then abort it), shut the rig down in order (last
+//!    append, workspace root, lease) and go to 1.
+//!
+//! So no session stays on a state no event will change: a broken journal is given up and
+//! opened again under a new lease, by this host or another.
+//!
+//! # A session that cannot be opened
+//!
+//! When the rig cannot be opened (its workspace root is held, or the journal cannot be fenced:
+//! a tip behind its last record, a tip that does not decode, a sequence at its end), the lease
+//! is released and the session is tried again after a pause: [`HostOptions::retry_pause`] at
+//! first, doubling with each failure in a row, jittered (up to as much again), capped at
+//! [`HostOptions::max_retry_pause`], and back to the start once it opens. At the third
+//! failure in a row the session is *quarantined*: a [`HostEvent::Quarantined`], a WARN line
+//! naming the session and the failure, and the store's `leasehold_sessions_quarantined` gauge
+//! (see [`metrics`](crate::metrics)) until it opens or is no longer hosted here. So a journal
+//! that no owner can open costs the cluster a few acquisitions a minute, not two a second
+//! (each with its writes, and a release that wakes the other hosts); `leasehold check` names
+//! what is wrong with it.
+//!
+//! # Balance
+//!
+//! Every host keeps a key `{ns}/hosts/{store}` attached to its node lease, holding its
+//! [`HostOptions::max_sessions`], so the live hosts are visible to all and a dead host's key
+//! goes with its lease. Every tick (TTL/3, at most 1 s) a host lists them and computes every
+//! host's share the same way: as even as the maxima allow (shares below a maximum differ by at
+//! most one, the earlier hosts in key order taking the extra ones), adding up to the wanted
+//! sessions (or to the sum of the maxima). A host over its share sheds the difference, in
+//! order, so a host that joins gets its share without anyone restarting, a capped host's
+//! remainder goes to the others, and a host that leaves (its key is deleted first) hands its
+//! sessions over at once. A session takes a slot of the share from its acquisition on, so
+//! acquisitions in flight and rigs being opened count against the share too, and a host at its
+//! share does not take a session that another host just shed. A standby holds no slot: a
+//! session found held elsewhere gives its slot back before it stands by (as does one whose
+//! acquisition or open failed, for its pause), so standbys never keep a host from owning its
+//! share. A session freed while a host is full makes it list the hosts again at once.
+//!
+//! # Leaving
+//!
+//! A host leaves when it is shut down or dropped (its store may live on: the key would
+//! otherwise outlive the host with the node lease, and its share would never be owned). One
+//! task, the balance loop, both writes the key and deletes it, one after the other:
+//!
+//! - the put is `put({ns}/hosts/{store}, value, lease = node lease)`, the value carrying a
+//!   nonce of this host. It is re-sent until a reply settles it, the node lease stops being
+//!   valid (the key then goes with the lease) or the store closes (which revokes the lease);
+//!   the host's leaving does not cut it short, so no put is still on its way when the delete
+//!   is sent;
+//! - the delete is `if value(key) == this host's value then delete(key)`, tried for three
+//!   write attempts ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout));
+//!   one not confirmed by then is handed to the store's background deletes, which re-send it
+//!   until it is confirmed, the node lease is lost (its end deletes the key) or the store
+//!   closes.
+//!
+//! [`shutdown`](SessionHost::shutdown) waits for the delete (at most those three attempts)
+//! before it shuts the sessions down; dropping the host signals the same and waits for
+//! nothing.
+//!
+//! [`Journal::broken`]: crate::Journal::broken
+
+mod balance;
+mod options;
+mod session;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt as _;
+use tokio::sync::{Notify, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::rig::Rig;
+use crate::store::Store;
+use balance::{HostValue, balance, leave_bound};
+use options::Work;
+pub use options::{GiveUp, HostEvent, HostOptions};
+use session::host_session;
+
+/// Keeps sessions owned and worked on; see the [module docs](self).
+///
+/// Dropping the host stops its tasks in the background (its key deleted, each session shut
+/// down in order); [`shutdown`](Self::shutdown) does the same and waits for it.
+pub struct SessionHost {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SessionHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHost")
+            .field("node", &self.inner.store.node())
+            .field("held", &self.held_count())
+            .field("cap", &*self.inner.cap.borrow())
+            .finish()
+    }
+}
+
+struct Inner {
+    store: Arc<Store>,
+    options: HostOptions,
+    work: Work,
+    /// The wanted sessions, each with the token that stops its task.
+    wanted: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// The owned sessions, each with the token that sheds it.
+    owned: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// Sessions held, being acquired or being opened (a standby gives its slot back): what
+    /// the cap bounds.
+    slots: AtomicUsize,
+    /// The most sessions this host may hold now.
+    cap: watch::Sender<usize>,
+    /// Bumped whenever a slot frees up.
+    freed: watch::Sender<()>,
+    /// Asks the balance loop to count the live hosts now (a session was freed while this
+    /// host had no slot for it: maybe a host left).
+    recount: Notify,
+    events: broadcast::Sender<HostEvent>,
+    host_key: String,
+    /// What this host writes into its key: unique to this host (it carries a nonce), so the
+    /// leave's delete, guarded by it, deletes this host's registration and no other.
+    host_value: String,
+    /// Cancelled when the host starts leaving: the balance loop registers no more and deletes
+    /// the host's key.
+    leaving: CancellationToken,
+    /// Cancelled once the balance loop has left: the key's delete is confirmed, or it goes on
+    /// in the background.
+    left: CancellationToken,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SessionHost {
+    /// Starts hosting `sessions` on `store`, running `work` for each session it owns.
+    pub fn start<F, Fut>(
+        store: Arc<Store>,
+        options: HostOptions,
+        sessions: impl IntoIterator<Item = Uuid>,
+        work: F,
+    ) -> Self
+    where
+        F: Fn(Arc<Rig>, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let host_key = store.namespace().host_key(store.shared().id);
+        let host_value = HostValue {
+            max: options.max_sessions,
+            nonce: Uuid::new_v4(),
+            node: store.node().to_owned(),
+        }
+        .encode();
+        let inner = Arc::new(Inner {
+            store,
+            options,
+            work: Arc::new(move |rig, token| work(rig, token).boxed()),
+            wanted: Mutex::new(HashMap::new()),
+            owned: Mutex::new(HashMap::new()),
+            slots: AtomicUsize::new(0),
+            // Nothing is taken before the first count of live hosts.
+            cap: watch::Sender::new(0),
+            freed: watch::Sender::new(()),
+            recount: Notify::new(),
+            events: broadcast::Sender::new(1024),
+            host_key,
+            host_value,
+            leaving: CancellationToken::new(),
+            left: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        inner.tasks.spawn(balance(inner.clone()));
+        let host = Self { inner };
+        for session in sessions {
+            host.add(session);
+        }
+        host
+    }
+
+    /// Hosts `session` too (nothing happens if it is hosted already).
+    pub fn add(&self, session: Uuid) {
+        let inner = &self.inner;
+        if inner.shutdown.is_cancelled() {
+            return;
+        }
+        let mut wanted = lock(&inner.wanted);
+        if wanted.contains_key(&session) {
+            return;
+        }
+        let stop = inner.shutdown.child_token();
+        wanted.insert(session, stop.clone());
+        inner
+            .tasks
+            .spawn(host_session(inner.clone(), session, stop));
+    }
+
+    /// Stops hosting `session`: if it is owned, its rig is shut down in order.
+    pub fn remove(&self, session: Uuid) {
+        if let Some(stop) = lock(&self.inner.wanted).remove(&session) {
+            stop.cancel();
+        }
+    }
+
+    /// The sessions this host owns now.
+    pub fn held(&self) -> Vec<Uuid> {
+        lock(&self.inner.owned).keys().copied().collect()
+    }
+
+    /// The number of sessions this host owns now.
+    pub fn held_count(&self) -> usize {
+        lock(&self.inner.owned).len()
+    }
+
+    /// The most sessions this host may hold now (its share).
+    pub fn cap(&self) -> usize {
+        *self.inner.cap.borrow()
+    }
+
+    /// What happens to the hosted sessions, from now on.
+    pub fn events(&self) -> broadcast::Receiver<HostEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Stops hosting: the host's key is deleted (so others take its share at once), then every
+    /// owned session is shut down in order. Idempotent.
+    ///
+    /// The delete is waited for at most three write attempts
+    /// ([`WritePolicy::attempt_timeout`](crate::WritePolicy::attempt_timeout)); one not
+    /// confirmed by then goes on in the background until it is, or until the node lease the
+    /// key is attached to is gone (which deletes the key too).
+    pub async fn shutdown(&self) {
+        self.inner.leaving.cancel();
+        let bound = leave_bound(&self.inner.store.shared().write);
+        let _ = tokio::time::timeout(bound, self.inner.left.cancelled()).await;
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+impl Drop for SessionHost {
+    /// Signals only: the balance task deletes the host's key (in the background if it must),
+    /// and every session task shuts its session down in order.
+    fn drop(&mut self) {
+        self.inner.leaving.cancel();
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+    }
+}
+
+impl Inner {
+    fn emit(&self, event: HostEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Takes a slot if the cap allows.
+    fn reserve(&self) -> bool {
+        let cap = *self.cap.borrow();
+        self.slots
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < cap).then_some(held + 1)
+            })
+            .is_ok()
+    }
+
+    fn unreserve(&self) {
+        self.slots.fetch_sub(1, Ordering::AcqRel);
+        self.freed.send_replace(());
+    }
+}

@@ -1,0 +1,175 @@
+//! [`HostOptions`], and what a host tells: [`HostEvent`], [`GiveUp`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::lease::{Epoch, LossReason};
+use crate::rig::{Rig, RigError};
+
+/// The user's work on one owned session: runs until `token` is cancelled (or returns earlier
+/// on its own, which gives the session up).
+pub(super) type Work =
+    Arc<dyn Fn(Arc<Rig>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The workspace id of a session.
+pub(super) type WorkspaceOf = Arc<dyn Fn(Uuid) -> String + Send + Sync>;
+
+/// How a [`SessionHost`] runs.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct HostOptions {
+    /// The most sessions this host holds, whatever the balance allows. Default: no limit.
+    pub max_sessions: Option<usize>,
+    /// How long the user's work may take to return once its token is cancelled before it is
+    /// aborted. Default 5 s.
+    pub stop_grace: Duration,
+    /// The pause after a session could not be opened (e.g. its workspace root is held), before
+    /// it is tried again. It doubles, with jitter, with each failure in a row, up to
+    /// [`max_retry_pause`](Self::max_retry_pause). Default 500 ms.
+    pub retry_pause: Duration,
+    /// The longest pause between two attempts to open a session that keeps failing (before
+    /// jitter, which adds up to as much again). Default 60 s.
+    pub max_retry_pause: Duration,
+    pub(super) workspace: WorkspaceOf,
+}
+
+impl std::fmt::Debug for HostOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostOptions")
+            .field("max_sessions", &self.max_sessions)
+            .field("stop_grace", &self.stop_grace)
+            .field("retry_pause", &self.retry_pause)
+            .field("max_retry_pause", &self.max_retry_pause)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            max_sessions: None,
+            stop_grace: Duration::from_secs(5),
+            retry_pause: Duration::from_millis(500),
+            max_retry_pause: Duration::from_secs(60),
+            workspace: Arc::new(|session| format!("ws-{session}")),
+        }
+    }
+}
+
+impl HostOptions {
+    /// Caps the sessions this host holds.
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = Some(max);
+        self
+    }
+
+    /// Sets the grace period of the user's work.
+    pub fn with_stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// Sets the pause after a failed open.
+    pub fn with_retry_pause(mut self, pause: Duration) -> Self {
+        self.retry_pause = pause;
+        self
+    }
+
+    /// Sets the longest pause between attempts to open a session that keeps failing.
+    pub fn with_max_retry_pause(mut self, pause: Duration) -> Self {
+        self.max_retry_pause = pause;
+        self
+    }
+
+    /// Names each session's workspace root (default `ws-{session}`). The id must be valid for
+    /// [`Rig::open`]: 1 to [`MAX_WORKSPACE_LEN`](crate::rig::MAX_WORKSPACE_LEN) (128) bytes of
+    /// ASCII letters, digits, `-`, `_` and `.`.
+    pub fn with_workspace(
+        mut self,
+        workspace: impl Fn(Uuid) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.workspace = Arc::new(workspace);
+        self
+    }
+}
+
+/// Why a host gave an owned session up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// The lease was lost.
+    Lost(LossReason),
+    /// The journal broke (fenced, or an append's outcome could not be settled).
+    JournalBroken,
+    /// The user's work returned on its own.
+    WorkDone,
+    /// The host is over its share and handed the session over.
+    Shed,
+    /// The session was removed from the host, or the host shut down.
+    Stopped,
+}
+
+impl std::fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GiveUp::Lost(reason) => write!(f, "lost ({reason})"),
+            GiveUp::JournalBroken => f.write_str("journal broken"),
+            GiveUp::WorkDone => f.write_str("work done"),
+            GiveUp::Shed => f.write_str("shed to another host"),
+            GiveUp::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// What happened to a hosted session, as [`SessionHost::events`] reports it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum HostEvent {
+    /// The session is owned, its rig open, the work started.
+    Acquired {
+        /// The session.
+        session: Uuid,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// The session was given up and its rig shut down; `result` says whether every delete of
+    /// the shutdown was confirmed (else they go on in the background, in order).
+    GaveUp {
+        /// The session.
+        session: Uuid,
+        /// The epoch it was owned at.
+        epoch: Epoch,
+        /// Why.
+        why: GiveUp,
+        /// The shutdown's outcome.
+        result: Result<(), Arc<RigError>>,
+    },
+    /// The session was acquired but its rig could not be opened; it is tried again after a
+    /// pause (see [`HostOptions::retry_pause`]).
+    OpenFailed {
+        /// The session.
+        session: Uuid,
+        /// Why.
+        error: Arc<RigError>,
+    },
+    /// The session failed to open 3 times in a row (reported then, and at each failure after
+    /// that, after its [`OpenFailed`](Self::OpenFailed)): it is quarantined, tried again only
+    /// after pauses that keep doubling up to [`HostOptions::max_retry_pause`] (e.g. its
+    /// journal's tip is behind its last record, or does not decode: see `leasehold check`).
+    /// It stays quarantined until it opens again ([`Acquired`](Self::Acquired)) or the host
+    /// stops hosting it.
+    Quarantined {
+        /// The session.
+        session: Uuid,
+        /// The failed opens in a row.
+        failures: u32,
+        /// The pause before the next attempt.
+        retry_in: Duration,
+        /// The last failure.
+        error: Arc<RigError>,
+    },
+}

@@ -1,0 +1,267 @@
+//! One session's task: stand by, acquire, open the rig, run the user's work, give up in order,
+//! back off and quarantine a session that cannot be opened (see the [module docs](super)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{GiveUp, HostEvent, HostOptions, Inner, lock};
+use crate::metrics::Metrics;
+use crate::rig::Rig;
+
+/// After this many failed opens in a row, a session is quarantined (see
+/// [`HostEvent::Quarantined`]).
+const QUARANTINE_AFTER: u32 = 3;
+
+/// One session's task: see the module docs.
+pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken) {
+    let standby = inner.store.standby(session);
+    let mut freed = inner.freed.subscribe();
+    let mut cap = inner.cap.subscribe();
+    let mut failures = OpenFailures::new(&inner.options, inner.store.shared().metrics.clone());
+    loop {
+        // --- 1. a free slot
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            freed.borrow_and_update();
+            cap.borrow_and_update();
+            if inner.reserve() {
+                break;
+            }
+            tokio::select! {
+                _ = freed.changed() => {}
+                _ = cap.changed() => {}
+                // Freed while this host is full: maybe a host left; count again now.
+                _ = standby.notified() => inner.recount.notify_one(),
+                _ = stop.cancelled() => return,
+            }
+        }
+        // --- 2. acquire, or stand by
+        let acquired = tokio::select! {
+            acquired = inner.store.acquire_lease(session) => acquired,
+            _ = stop.cancelled() => {
+                inner.unreserve();
+                return;
+            }
+        };
+        let lease = match acquired {
+            Ok(lease) => lease,
+            Err(error) if error.is_transient() => {
+                inner.unreserve();
+                tokio::select! {
+                    _ = standby.notified() => {}
+                    _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+            Err(error) => {
+                inner.unreserve();
+                tracing::warn!(%session, %error, "session host cannot acquire");
+                if inner.store.shared().shutdown.is_cancelled() {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+        };
+        // --- 3. and 4. open, work, give up in order
+        let workspace = (inner.options.workspace)(session);
+        match Rig::with_lease(&inner.store, lease, &workspace).await {
+            Ok(rig) => {
+                if failures.opened() {
+                    tracing::info!(%session, "quarantined session opened again");
+                }
+                run(&inner, Arc::new(rig), &stop).await;
+            }
+            Err(error) => {
+                let error = Arc::new(error);
+                inner.emit(HostEvent::OpenFailed {
+                    session,
+                    error: error.clone(),
+                });
+                let (pause, quarantined) = failures.failed();
+                if quarantined {
+                    let (failures, why) = (failures.count, crate::etcd::chain(&*error));
+                    tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
+                    inner.emit(HostEvent::Quarantined {
+                        session,
+                        failures,
+                        retry_in: pause,
+                        error,
+                    });
+                } else {
+                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
+                }
+                inner.unreserve();
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+        }
+        inner.unreserve();
+    }
+}
+
+/// A session's failed opens in a row, the pause before its next attempt (exponential from
+/// [`HostOptions::retry_pause`], jittered, capped at [`HostOptions::max_retry_pause`]) and its
+/// quarantine, which the store's metrics count while it lasts.
+struct OpenFailures {
+    count: u32,
+    backoff: backon::ExponentialBackoff,
+    first: Duration,
+    max: Duration,
+    metrics: Metrics,
+    quarantined: bool,
+}
+
+impl OpenFailures {
+    fn new(options: &HostOptions, metrics: Metrics) -> Self {
+        let (first, max) = (options.retry_pause, options.max_retry_pause);
+        Self {
+            count: 0,
+            backoff: Self::backoff(first, max),
+            first,
+            max,
+            metrics,
+            quarantined: false,
+        }
+    }
+
+    fn backoff(first: Duration, max: Duration) -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(first)
+            .with_max_delay(max.max(first))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    /// One more failure: the pause before the next attempt, and whether the session was
+    /// quarantined now or is still (a warning each time).
+    fn failed(&mut self) -> (Duration, bool) {
+        self.count = self.count.saturating_add(1);
+        let pause = self.backoff.next().unwrap_or(self.max);
+        if self.count >= QUARANTINE_AFTER && !self.quarantined {
+            self.quarantined = true;
+            self.metrics.quarantined(1.0);
+        }
+        (pause, self.quarantined)
+    }
+
+    /// The session opened: the count starts over. True if it was quarantined.
+    fn opened(&mut self) -> bool {
+        self.count = 0;
+        self.backoff = Self::backoff(self.first, self.max);
+        let quarantined = std::mem::take(&mut self.quarantined);
+        if quarantined {
+            self.metrics.quarantined(-1.0);
+        }
+        quarantined
+    }
+}
+
+impl Drop for OpenFailures {
+    /// The session is no longer hosted here: no longer quarantined here either.
+    fn drop(&mut self) {
+        if self.quarantined {
+            self.metrics.quarantined(-1.0);
+        }
+    }
+}
+
+/// Runs the user's work on an owned session until it must be given up, then shuts the rig down
+/// in order.
+async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
+    let (session, epoch) = (rig.session_id(), rig.epoch());
+    let shed = CancellationToken::new();
+    lock(&inner.owned).insert(session, shed.clone());
+    inner.emit(HostEvent::Acquired { session, epoch });
+    let token = CancellationToken::new();
+    let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));
+    let why = tokio::select! {
+        reason = rig.lost() => GiveUp::Lost(reason),
+        () = rig.journal().broken() => GiveUp::JournalBroken,
+        _ = shed.cancelled() => GiveUp::Shed,
+        _ = stop.cancelled() => GiveUp::Stopped,
+        _ = &mut work => GiveUp::WorkDone,
+    };
+    token.cancel();
+    if !work.is_finished()
+        && tokio::time::timeout(inner.options.stop_grace, &mut work)
+            .await
+            .is_err()
+    {
+        tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
+        work.abort();
+    }
+    let result = rig.shutdown().await.map_err(Arc::new);
+    lock(&inner.owned).remove(&session);
+    tracing::info!(%session, %epoch, %why, "session given up");
+    inner.emit(HostEvent::GaveUp {
+        session,
+        epoch,
+        why,
+        result,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::OpenFailures;
+    use crate::host::HostOptions;
+    use crate::keys::Namespace;
+    use crate::metrics::Metrics;
+
+    fn failures(first: Duration, max: Duration) -> OpenFailures {
+        let options = HostOptions::default()
+            .with_retry_pause(first)
+            .with_max_retry_pause(max);
+        OpenFailures::new(&options, Metrics::new("n", &Namespace::new("ns").unwrap()))
+    }
+
+    #[test]
+    fn failed_opens_back_off_to_the_cap_and_quarantine_from_the_third() {
+        let (first, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let mut open = failures(first, max);
+        let mut nominal = first;
+        for failure in 1..=12 {
+            let (pause, quarantined) = open.failed();
+            assert!(
+                nominal <= pause && pause < nominal * 2,
+                "failure {failure}: {pause:?}, nominal {nominal:?}"
+            );
+            assert_eq!(quarantined, failure >= 3, "failure {failure}");
+            nominal = (nominal * 2).min(max);
+        }
+        assert!(open.opened(), "it was quarantined");
+        assert!(!open.opened());
+        let (pause, quarantined) = open.failed();
+        assert!(pause < first * 2 && !quarantined, "it starts over");
+    }
+
+    #[test]
+    fn huge_retry_pauses_saturate() {
+        let mut open = failures(Duration::MAX, Duration::MAX);
+        for _ in 0..5 {
+            assert_eq!(open.failed().0, Duration::MAX);
+        }
+        let mut open = failures(Duration::from_secs(1), Duration::ZERO);
+        assert!(
+            open.failed().0 >= Duration::from_secs(1),
+            "the cap is at least the first"
+        );
+    }
+}
