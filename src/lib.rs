@@ -35,6 +35,23 @@
 //! - `leasehold::testing` (feature `testing`): a real-etcd harness on testcontainers, with
 //!   fault-injecting clusters and a loopback fault proxy, for leasehold's tests and yours.
 //!
+//! # Layers
+//!
+//! Bottom up; a module imports only from its own layer and the ones below, and no two modules
+//! import each other round a loop (`tests/layers.rs` checks both from the imports; see
+//! ARCHITECTURE.md):
+//!
+//! 1. [`keys`] (the key layout), `fault` (the fault proxy), and the clock helpers.
+//! 2. `etcd`: etcd as leasehold talks to it ([`Connection`], the one write path, [`EtcdError`]);
+//!    it knows nothing of sessions.
+//! 3. [`metrics`]: what is recorded, under labels the layers above give it.
+//! 4. [`lease`]: session leases, their validity and loss.
+//! 5. [`journal`]: fenced journals: the fence, appends, replay, retention, the checker.
+//! 6. [`store`]: the node: its lease, keepalive, owner watch, acquisitions, cleanup.
+//! 7. [`admin`] and [`rig`]: the operator's view; the composition root of a live session.
+//! 8. [`host`]: sessions kept owned across hosts, balanced.
+//! 9. The `leasehold` tool and `testing`, the harness.
+//!
 //! # Features
 //!
 //! - `cli` (default): the `leasehold` tool. Library users who do not want its dependencies

@@ -115,6 +115,7 @@ mod cas;
 mod check;
 mod error;
 mod fence;
+mod limits;
 pub(crate) mod mutant;
 mod record;
 mod replay;
@@ -143,124 +144,13 @@ pub use error::{
     ReplayError, RetentionError,
 };
 pub(crate) use fence::{SeenTip, open};
+pub use limits::{JournalLimits, MAX_IN_FLIGHT, MIN_TXN_OPS, ReplayOptions};
 pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub(crate) use record::{decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
 pub(crate) use retention::{Authority, Retention, base_of, first_record};
 pub use retention::{Deleted, TRIM_BATCH, Trimmed};
-
-/// etcd's limits, as the journal checks them before sending, and how many append
-/// transactions a store keeps in flight.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JournalLimits {
-    /// etcd's `--max-txn-ops` (default 128): operations per transaction branch. At least
-    /// [`MIN_TXN_OPS`]: an append compares three keys.
-    pub max_txn_ops: usize,
-    /// etcd's `--max-request-bytes` (default 1.5 MiB).
-    pub max_request_bytes: usize,
-    /// Kept free below `max_request_bytes` for etcd's own wrapping (at least 1 KiB).
-    pub headroom: usize,
-    /// The most append transactions a store has in flight together (default 8, at least 1,
-    /// at most [`MAX_IN_FLIGHT`]).
-    /// Appends of its journals that arrive while all are in flight wait, and the next free
-    /// one takes them together, in one transaction (see the [module docs](self)).
-    pub in_flight: usize,
-}
-
-/// The smallest `--max-txn-ops` an append fits in: its three compares.
-pub const MIN_TXN_OPS: usize = 3;
-
-/// The largest `in_flight` a store takes: as many transactions as a semaphore counts
-/// (`usize::MAX >> 3`).
-pub const MAX_IN_FLIGHT: usize = tokio::sync::Semaphore::MAX_PERMITS;
-
-impl Default for JournalLimits {
-    fn default() -> Self {
-        Self {
-            max_txn_ops: 128,
-            max_request_bytes: 1_572_864,
-            headroom: 1024,
-            in_flight: 8,
-        }
-    }
-}
-
-impl JournalLimits {
-    /// Sets etcd's `--max-txn-ops`.
-    pub fn with_max_txn_ops(mut self, ops: usize) -> Self {
-        self.max_txn_ops = ops;
-        self
-    }
-
-    /// Sets etcd's `--max-request-bytes`.
-    pub fn with_max_request_bytes(mut self, bytes: usize) -> Self {
-        self.max_request_bytes = bytes;
-        self
-    }
-
-    /// Sets the room kept free for etcd's own wrapping (at least 1 KiB counts).
-    pub fn with_headroom(mut self, bytes: usize) -> Self {
-        self.headroom = bytes;
-        self
-    }
-
-    /// Sets how many append transactions a store has in flight together.
-    pub fn with_in_flight(mut self, transactions: usize) -> Self {
-        self.in_flight = transactions;
-        self
-    }
-
-    /// Whether an append fits these limits at all, and one can be sent.
-    pub(crate) fn usable(&self) -> bool {
-        self.max_txn_ops >= MIN_TXN_OPS && (1..=MAX_IN_FLIGHT).contains(&self.in_flight)
-    }
-
-    /// The most records one append takes: the tip is one more put.
-    pub fn max_records(&self) -> usize {
-        self.max_txn_ops.saturating_sub(1)
-    }
-
-    /// The largest encoded append accepted.
-    pub fn max_bytes(&self) -> usize {
-        self.max_request_bytes
-            .saturating_sub(self.headroom.max(1024))
-    }
-}
-
-/// How replays page through a journal.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReplayOptions {
-    /// The most records one page holds.
-    pub page_records: usize,
-    /// The most bytes one page should hold (etcd-client decodes at most 4 MiB per reply).
-    pub page_bytes: usize,
-}
-
-impl Default for ReplayOptions {
-    fn default() -> Self {
-        Self {
-            page_records: 1000,
-            page_bytes: 2 * 1024 * 1024,
-        }
-    }
-}
-
-impl ReplayOptions {
-    /// Sets the most records one page holds.
-    pub fn with_page_records(mut self, records: usize) -> Self {
-        self.page_records = records;
-        self
-    }
-
-    /// Sets the most bytes one page should hold.
-    pub fn with_page_bytes(mut self, bytes: usize) -> Self {
-        self.page_bytes = bytes;
-        self
-    }
-}
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
