@@ -39,7 +39,7 @@ command -v cargo-mutants >/dev/null || {
 }
 
 files=(src/journal/{cas,fence,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
-  src/lease/{ownership,validity}.rs src/write.rs)
+  src/lease/{ownership,validity}.rs src/etcd/write.rs)
 # The code under test, as regexes over the names `cargo mutants --list` prints.
 targets=(
   # the append transaction and how its outcome is read; the fence at open
@@ -51,7 +51,7 @@ targets=(
   'src/store/cleanup\.rs:.*(Delete::|perform)'
   'src/lease/ownership\.rs:.*Ownership::(guard|check|is_valid)'
   # the write path's decision table and how it settles
-  'src/write\.rs:.*(\bnext\b|Attempt::of|read_once| in send\b)'
+  'src/etcd/write\.rs:.*(\bnext\b|Attempt::of|read_once| in send\b)'
   'src/lease/validity\.rs'
   'src/store/registry\.rs:.*(verdict|Registry::observe|Registry::end_acquire)'
   'src/store/owner_watch\.rs:.*(Snapshot::|read_snapshot|put_event|session_of|reconcile)'
@@ -64,7 +64,7 @@ groups=(
   "acquire|src/store/acquire|lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive"
   "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
   "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"
-  "write|src/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover"
+  "write|src/etcd/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover"
   "validity|src/lease/validity|lease_keepalive lease_partition_expiry lease_no_zombies"
   "registry|src/store/registry|lease_watch_loss lease_acquire_unknown lease_epochs lease_standby lease_watch_resume"
   "watch|src/store/owner_watch|lease_watch_resume lease_watch_loss lease_standby lease_acquire_unknown"

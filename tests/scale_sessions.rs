@@ -24,7 +24,7 @@ const PIPELINE: usize = 256;
 /// A blip of the proxy (phase 3) is far shorter than this: no lease may be lost to it.
 const TTL: u64 = 10;
 /// The page size of the owner watch's snapshot read (`PAGE` in
-/// `Connection::range_at_one_revision`, src/connection.rs).
+/// `Connection::range_at_one_revision`, src/etcd/connection.rs).
 const SNAPSHOT_PAGE: usize = 1000;
 /// Acquisitions sent while etcd's replies are dropped (phase 4). Small enough that their
 /// requests fit in the HTTP/2 flow-control window etcd granted (64 KiB at least) without

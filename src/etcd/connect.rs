@@ -3,7 +3,7 @@
 
 use super::error::{EtcdError, FailureClass};
 
-/// [`Connection::connect`] failed.
+/// [`Connection::connect`](super::Connection::connect) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {

@@ -18,7 +18,7 @@ pub(super) type Work =
 /// The workspace id of a session.
 pub(super) type WorkspaceOf = Arc<dyn Fn(Uuid) -> String + Send + Sync>;
 
-/// How a [`SessionHost`] runs.
+/// How a [`SessionHost`](super::SessionHost) runs.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct HostOptions {
@@ -125,7 +125,7 @@ impl std::fmt::Display for GiveUp {
     }
 }
 
-/// What happened to a hosted session, as [`SessionHost::events`] reports it.
+/// What happened to a hosted session, as [`SessionHost::events`](super::SessionHost::events) reports it.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum HostEvent {

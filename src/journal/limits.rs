@@ -15,7 +15,7 @@ pub struct JournalLimits {
     /// The most append transactions a store has in flight together (default 8, at least 1,
     /// at most [`MAX_IN_FLIGHT`]).
     /// Appends of its journals that arrive while all are in flight wait, and the next free
-    /// one takes them together, in one transaction (see the [module docs](self)).
+    /// one takes them together, in one transaction (see the [journal docs](super)).
     pub in_flight: usize,
 }
 

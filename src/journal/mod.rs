@@ -82,7 +82,7 @@
 //! lease, read pages of records at one fixed revision (a consistent snapshot: nothing after it,
 //! nothing missing before it), bound each page by count and by bytes, and stream with bounded
 //! memory. If the snapshot revision is compacted mid-replay, the replay fails with
-//! [`ReplayError::Compacted`](crate::ReplayError::Compacted).
+//! [`ReplayError::Compacted`].
 //!
 //! # Retention
 //!

@@ -11,7 +11,7 @@
 //! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease),
 //! get(tip) else get(owner)`. On success the epoch is the transaction's revision (the key's
 //! `create_revision`), and the journal's tip as of that revision is kept for the journal's
-//! open, which fences at it without reading it again; otherwise [`LeaseHeldError`](crate::LeaseHeldError) carries the holder's
+//! open, which fences at it without reading it again; otherwise [`LeaseHeldError`] carries the holder's
 //! epoch. The value holds this store's id and a fresh nonce, so an acquisition whose outcome is
 //! unknown is re-sent byte-identical (the crate's one write path, while the node lease is
 //! valid) and settled by reading the key back: our nonce means it was ours. A key of this store

@@ -15,7 +15,7 @@ use crate::lease::validity;
 /// etcd's largest lease TTL, in seconds.
 pub const MAX_TTL_SECS: u64 = 9_000_000_000;
 
-/// How a [`Store`] connects and keeps its leases.
+/// How a [`Store`](super::Store) connects and keeps its leases.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct StoreOptions {
@@ -34,7 +34,7 @@ pub struct StoreOptions {
     /// lost event, not a poll). Default 5 s.
     pub standby_recheck: Duration,
     /// How long one attempt of a read may take (also through a client of your own, see
-    /// [`connect_with_client`](Store::connect_with_client)), and how long a foreground delete
+    /// [`connect_with_client`](super::Store::connect_with_client)), and how long a foreground delete
     /// (a release) is re-sent before it is left to the background. Default 5 s.
     pub request_timeout: Duration,
     /// How writes are sent and re-sent (attempt timeout, backoff, deadline); see
