@@ -334,7 +334,6 @@ fn status_message(error: &etcd_client::Error) -> Option<&str> {
     }
 }
 
-/// Classifies an etcd-client error for the request that met it.
 /// `error: cause: cause`, one line (for logs and messages).
 pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut line = error.to_string();
@@ -347,6 +346,7 @@ pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     line
 }
 
+/// Classifies an etcd-client error for the request that met it.
 pub(crate) fn classify(error: &etcd_client::Error) -> (FailureClass, Option<tonic::Code>) {
     use etcd_client::Error as E;
     let code = match error {
