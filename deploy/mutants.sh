@@ -38,13 +38,15 @@ command -v cargo-mutants >/dev/null || {
   cargo install --locked cargo-mutants
 }
 
-files=(src/journal/{cas,fence,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
+files=(src/journal/{cas,fence,queue,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
   src/lease/{ownership,validity}.rs src/etcd/write.rs)
 # The code under test, as regexes over the names `cargo mutants --list` prints.
 targets=(
   # the append transaction and how its outcome is read; the fence at open
   'src/journal/cas\.rs'
   'src/journal/fence\.rs'
+  # the store's append queue: which calls go into which transaction, what each is told
+  'src/journal/queue\.rs:.*(take|finish|settle|refusal|coalesce|join)'
   # acquire: its transaction, its settling, and handing out
   'src/store/acquire\.rs'
   # guarded deletes (release, orphans, GC)
@@ -60,7 +62,7 @@ targets=(
 )
 # Stage 2's groups: a file pattern, and the integration tests that aim at that code.
 groups=(
-  "journal|src/journal/|journal_owner_compare journal_fencing journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
+  "journal|src/journal/|journal_owner_compare journal_fencing journal_group_commit journal_shared_sessions journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
   "acquire|src/store/acquire|lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive"
   "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
   "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"

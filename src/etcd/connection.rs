@@ -240,6 +240,30 @@ impl Connection {
             .await
     }
 
+    /// A connection to `endpoint` that has dialled nothing yet (etcd-client dials lazily),
+    /// for unit tests that never send.
+    #[cfg(test)]
+    pub(crate) async fn unconnected(endpoint: &str) -> Self {
+        let client = Client::connect([endpoint], None)
+            .await
+            .expect("etcd-client dials lazily");
+        Self {
+            members: vec![Member {
+                endpoint: endpoint.to_owned(),
+                client: std::sync::Mutex::new(Unary::new(client.clone())),
+                streams: client,
+                stream_token: StreamToken::default(),
+            }]
+            .into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
+            retry: RetryPolicy::default(),
+            client_options: None,
+            credentials: None,
+            answered: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
     /// A connection through `client`, an `etcd_client::Client` you built yourself (your own
     /// TLS, interceptors or authentication), checked like [`connect`](Self::connect)'s. It
     /// counts as one endpoint: etcd-client balances it over the members it was given, and no

@@ -2,11 +2,9 @@
 //!
 //! A journal has one transaction in flight at a time (its own group commit). With many busy
 //! journals, a store would still send one etcd request per journal per round trip, and etcd's
-//! work per request (the gRPC call, the raft entry, the apply) would bound it. So a store's
-//! journals hand their append transactions to the store's one [`Batcher`]. At most
-//! [`JournalLimits::in_flight`] (default 8) transactions are in flight for the whole store.
-//! Appends that arrive while every slot is busy queue up, and the next free slot takes as
-//! many of them, in arrival order, as fit etcd's limits, into one transaction:
+//! work per request (the gRPC call, the raft entry, the apply) would bound it. So the store's
+//! one append queue (see [`queue`](super::queue)) puts the appends of the journals that are
+//! ready together into one transaction, each with its own compares:
 //!
 //! ```text
 //! if   every member's compares (its tip, its owner key, its first record)
@@ -14,9 +12,7 @@
 //! else get(every member's first record and tip)
 //! ```
 //!
-//! A lone append is sent at once, as its own transaction, with no timer. Two appends of one
-//! session never share a transaction (a stale journal and its successor in one store would put
-//! the same keys, which etcd refuses).
+//! A lone append is sent as its own transaction.
 //!
 //! The shared transaction applies all or nothing, so every member's outcome follows from it:
 //!
@@ -44,131 +40,90 @@
 //!   settle it as the one read would have;
 //! - certainly not applied (refused): each member on its own.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use etcd_client::{Txn, TxnOp};
-use tokio::sync::{Semaphore, oneshot};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::JournalLimits;
 use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Seen, Sent};
-use crate::etcd::write::{self, WritePolicy, Written};
-use crate::etcd::{Connection, EtcdError, gets};
-use crate::lease::Ownership;
-use crate::metrics::Metrics;
-
-/// What an append came to, and whether a resolving read settled it (for the metrics).
-type Outcome = (Sent, bool);
-
-/// An append waiting for a slot, or in a shared transaction.
-struct Member {
-    id: u64,
-    append: AppendTxn,
-    ownership: Ownership,
-    reply: oneshot::Sender<Outcome>,
-}
-
-/// The store's appends, sent in shared transactions (see the module docs).
-pub(crate) struct Batcher {
-    queue: std::sync::Mutex<VecDeque<Member>>,
-    slots: Arc<Semaphore>,
-    ids: AtomicU64,
-    connection: Connection,
-    policy: WritePolicy,
-    limits: JournalLimits,
-    metrics: Metrics,
-    stop: CancellationToken,
-    tasks: TaskTracker,
-}
-
-impl std::fmt::Debug for Batcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher")
-            .field("free_slots", &self.slots.available_permits())
-            .finish_non_exhaustive()
-    }
-}
+use super::queue::{Batcher, Member};
+use crate::etcd::write::{self, Written};
+use crate::etcd::{EtcdError, gets};
 
 impl Batcher {
-    pub(crate) fn new(
-        connection: Connection,
-        policy: WritePolicy,
-        limits: JournalLimits,
-        metrics: Metrics,
-        stop: CancellationToken,
-        tasks: TaskTracker,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            queue: std::sync::Mutex::new(VecDeque::new()),
-            slots: Arc::new(Semaphore::new(limits.in_flight)),
-            ids: AtomicU64::new(0),
-            connection,
-            policy,
-            limits,
-            metrics,
-            stop,
-            tasks,
-        })
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Member>> {
-        self.queue
-            .lock()
-            .expect("the queue lock is never held across a panic")
-    }
-
-    /// Sends `append` (under `ownership`) alone or with others', and says what it came to.
-    ///
-    /// Cancel safety: dropping this future withdraws the append if no transaction took it
-    /// yet; if one did, that transaction goes on for its other members, and this append
-    /// commits or not with it (the journal is left indeterminate, as for any append whose
-    /// sending future is dropped).
-    pub(crate) async fn send(
-        self: &Arc<Self>,
-        append: AppendTxn,
-        ownership: &Ownership,
-    ) -> Outcome {
-        let (reply, mut answer) = oneshot::channel();
-        let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        self.queue().push_back(Member {
-            id,
-            append,
-            ownership: ownership.clone(),
-            reply,
-        });
-        loop {
-            let permit = tokio::select! {
-                biased;
-                answer = &mut answer => return answer.unwrap_or_else(|_| stopped()),
-                permit = self.slots.clone().acquire_owned() => {
-                    permit.expect("the slots are never closed")
-                }
-            };
-            let mut batch = self.take();
-            match batch.as_slice() {
-                // Taken into someone else's transaction: its answer comes.
-                [] => continue,
-                // Alone: sent here, as its own transaction.
-                [only] if only.id == id => {
-                    let member = batch.pop().expect("one member");
-                    let outcome = self.alone(&member).await;
-                    drop(permit);
-                    return outcome;
-                }
-                // Shared (or someone else's alone): sent on a task of the store's, so that
-                // dropping this call never cuts the others' transaction short.
-                _ => {
-                    let batcher = self.clone();
-                    self.tasks.spawn(async move {
-                        batcher.commit(batch).await;
-                        drop(permit);
-                    });
-                }
+    /// Sends the appends of `members` as one transaction (one member alone as its own) and
+    /// says what each came to, in order.
+    pub(super) async fn commit(&self, members: &[Member]) -> Vec<Sent> {
+        if let [member] = members {
+            return vec![self.alone(member).await];
+        }
+        self.metrics.append_txn(members.len());
+        let txn = Txn::new()
+            .when(
+                members
+                    .iter()
+                    .flat_map(|m| m.append.compares.iter().cloned())
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                members
+                    .iter()
+                    .flat_map(|m| m.append.puts.iter().cloned())
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(
+                members
+                    .iter()
+                    .flat_map(|m| m.append.or_else())
+                    .collect::<Vec<_>>(),
+            );
+        // No resolving read for the write path: an outcome still unknown comes back as such,
+        // and is read here (see `resolve`).
+        let written = write::send(
+            &self.connection,
+            &self.policy,
+            "append",
+            &txn,
+            None,
+            || members.iter().any(|m| m.ownership().is_valid()),
+            &self.stop,
+        )
+        .await;
+        let appends: Vec<&AppendTxn> = members.iter().map(|m| &m.append).collect();
+        let (shared, by_read) = match written {
+            Written::Unknown(unknown) => (self.resolve(&appends, unknown).await, true),
+            written => (settle(&appends, written), false),
+        };
+        match shared {
+            Shared::Committed { revision } => members
+                .iter()
+                .map(|_| Sent::Committed { revision, by_read })
+                .collect(),
+            Shared::Unknown(error) => members
+                .iter()
+                .map(|_| Sent::Unknown(error.clone()))
+                .collect(),
+            Shared::Gone => appends
+                .iter()
+                .map(|append| Sent::Unknown(append.gone()))
+                .collect(),
+            Shared::Never => {
+                tracing::debug!(
+                    members = members.len(),
+                    "a shared append transaction can never apply; sending each on its own"
+                );
+                let alone = members
+                    .iter()
+                    .map(|member| async move { self.alone(member).await.told_by_read(by_read) });
+                futures_util::future::join_all(alone).await
             }
         }
+    }
+
+    /// Sends `member`'s append as its own transaction, through the one write path.
+    pub(super) async fn alone(&self, member: &Member) -> Sent {
+        self.metrics.append_txn(1);
+        let ownership = member.ownership();
+        (member.append)
+            .send(&self.connection, &self.policy, ownership, &self.stop)
+            .await
     }
 
     /// Reads what the shared transaction of `members` came to, its sends having stayed
@@ -209,143 +164,6 @@ impl Batcher {
             .collect();
         from_reads(&seen, unknown)
     }
-
-    /// The next members off the queue (see [`take`]).
-    fn take(&self) -> Vec<Member> {
-        take(&mut self.queue(), &self.limits)
-    }
-
-    /// Sends `member`'s append as its own transaction, through the one write path.
-    async fn alone(&self, member: &Member) -> Outcome {
-        self.metrics.append_txn(1);
-        member
-            .append
-            .send_telling_how(
-                &self.connection,
-                &self.policy,
-                &member.ownership,
-                &self.stop,
-            )
-            .await
-    }
-
-    /// Sends `batch` as one transaction (one member alone as its own) and answers each member.
-    async fn commit(&self, batch: Vec<Member>) {
-        if batch.len() == 1 {
-            let member = batch.into_iter().next().expect("one member");
-            let outcome = self.alone(&member).await;
-            let _ = member.reply.send(outcome);
-            return;
-        }
-        self.metrics.append_txn(batch.len());
-        let txn = Txn::new()
-            .when(
-                batch
-                    .iter()
-                    .flat_map(|m| m.append.compares.iter().cloned())
-                    .collect::<Vec<_>>(),
-            )
-            .and_then(
-                batch
-                    .iter()
-                    .flat_map(|m| m.append.puts.iter().cloned())
-                    .collect::<Vec<_>>(),
-            )
-            .or_else(
-                batch
-                    .iter()
-                    .flat_map(|m| m.append.or_else())
-                    .collect::<Vec<_>>(),
-            );
-        // No resolving read for the write path: an outcome still unknown comes back as such,
-        // and is read here (see `resolve`).
-        let written = write::send(
-            &self.connection,
-            &self.policy,
-            "append",
-            &txn,
-            None,
-            || batch.iter().any(|m| m.ownership.is_valid()),
-            &self.stop,
-        )
-        .await;
-        let appends: Vec<&AppendTxn> = batch.iter().map(|m| &m.append).collect();
-        let (shared, by_read) = match written {
-            Written::Unknown(unknown) => (self.resolve(&appends, unknown).await, true),
-            written => (settle(&appends, written), false),
-        };
-        match shared {
-            Shared::Committed { revision } => {
-                for member in batch {
-                    let _ = member.reply.send((Sent::Committed { revision }, by_read));
-                }
-            }
-            Shared::Unknown(error) => {
-                for member in batch {
-                    let _ = member.reply.send((Sent::Unknown(error.clone()), false));
-                }
-            }
-            Shared::Gone => {
-                for member in batch {
-                    let gone = member.append.gone();
-                    let _ = member.reply.send((Sent::Unknown(gone), false));
-                }
-            }
-            Shared::Never => {
-                tracing::debug!(
-                    members = batch.len(),
-                    "a shared append transaction can never apply; sending each on its own"
-                );
-                let alone = batch.into_iter().map(|member| async move {
-                    let (sent, resolved) = self.alone(&member).await;
-                    let _ = member.reply.send((sent, resolved || by_read));
-                });
-                futures_util::future::join_all(alone).await;
-            }
-        }
-    }
-}
-
-/// The next members off `queue`, in order, within etcd's limits (compares, puts, the resolving
-/// read's gets, bytes), one per session; the first always, since each append fits alone
-/// (checked when it was made). Members whose callers went away are dropped.
-fn take(queue: &mut VecDeque<Member>, limits: &JournalLimits) -> Vec<Member> {
-    let (max_ops, max_bytes) = (limits.max_txn_ops, limits.max_bytes());
-    let mut batch: Vec<Member> = Vec::new();
-    let mut sessions = HashSet::new();
-    let (mut compares, mut puts, mut bytes) = (0, 0, 0);
-    let mut i = 0;
-    while let Some(next) = queue.get(i) {
-        if next.reply.is_closed() {
-            queue.remove(i);
-            continue;
-        }
-        let fits = batch.is_empty()
-            || (compares + next.append.compares.len() <= max_ops
-                && puts + next.append.puts.len() <= max_ops
-                // The `else` branch gets two keys per member, the resolving read three.
-                && RESOLVE_GETS.max(ELSE_GETS) * (batch.len() + 1) <= max_ops
-                && bytes + next.append.size <= max_bytes);
-        if !fits {
-            break;
-        }
-        if !sessions.insert(next.append.session) {
-            // The same session's later append: a later transaction.
-            i += 1;
-            continue;
-        }
-        let member = queue.remove(i).expect("there");
-        compares += member.append.compares.len();
-        puts += member.append.puts.len();
-        bytes += member.append.size;
-        batch.push(member);
-    }
-    batch
-}
-
-/// The answer for a member whose transaction's sender went away: the store is shutting down.
-fn stopped() -> Outcome {
-    (Sent::Unknown(EtcdError::stopped("append")), false)
 }
 
 /// What a shared transaction came to (see the module docs).
@@ -449,24 +267,20 @@ fn committed(seen: impl IntoIterator<Item = Seen>) -> Option<Shared> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use etcd_client::proto::PbKeyValue;
-    use tokio::time::Instant;
     use uuid::Uuid;
 
     use super::*;
     use crate::etcd::write::Reply;
     use crate::journal::cas::tests::{owner, reply, tip, unknown};
     use crate::journal::record::encode_event;
-    use crate::lease::{Epoch, LeaseState, NodeLease};
+    use crate::lease::Epoch;
 
     const EPOCH: Epoch = Epoch(40);
 
     /// Member `i`'s append: session `i`, first record `r/{i}`, nonce `i`, 3 compares, 2 puts.
     fn append(i: u128) -> AppendTxn {
         AppendTxn::for_test(
-            Uuid::from_u128(i),
             format!("ns/journals/{i}/r/1"),
             Uuid::from_u128(i),
             EPOCH,
@@ -663,73 +477,5 @@ mod tests {
     fn no_answer_leaves_every_member_unknown_and_a_refusal_sends_each_on_its_own() {
         assert!(settled(Written::Unknown(unknown())).starts_with("Unknown("));
         assert_eq!(settled(Written::Failed(unknown())), "Never");
-    }
-
-    fn member(i: u128, session: u128) -> (Member, oneshot::Receiver<Outcome>) {
-        let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
-        let state = LeaseState::new(
-            Uuid::from_u128(session),
-            EPOCH,
-            "k".into(),
-            Uuid::nil(),
-            node,
-        );
-        let (reply, answer) = oneshot::channel();
-        let mut append = append(i);
-        append.session = Uuid::from_u128(session);
-        let member = Member {
-            id: i as u64,
-            append,
-            ownership: Ownership::new(state),
-            reply,
-        };
-        (member, answer)
-    }
-
-    fn ids(batch: &[Member]) -> Vec<u64> {
-        batch.iter().map(|m| m.id).collect()
-    }
-
-    #[test]
-    fn a_batch_takes_the_queue_in_order_one_append_per_session_within_the_limits() {
-        let mut answers = Vec::new();
-        let mut queue: VecDeque<Member> = [(1, 1), (2, 2), (3, 1), (4, 3), (5, 4)]
-            .into_iter()
-            .map(|(i, session)| {
-                let (member, answer) = member(i, session);
-                answers.push(answer);
-                member
-            })
-            .collect();
-        // Room for 3 members' compares (3 each) in 10 operations per branch.
-        let limits = JournalLimits::default().with_max_txn_ops(10);
-        // Session 1's second append waits for a later transaction; the limit stops at 3.
-        assert_eq!(ids(&take(&mut queue, &limits)), [1, 2, 4]);
-        assert_eq!(ids(&take(&mut queue, &limits)), [3, 5]);
-        assert!(take(&mut queue, &limits).is_empty());
-
-        // Bytes: 100 each, room for 250.
-        let mut queue: VecDeque<Member> = (1..=3)
-            .map(|i| {
-                let (member, answer) = member(i, i);
-                answers.push(answer);
-                member
-            })
-            .collect();
-        let limits = JournalLimits::default()
-            .with_max_request_bytes(250 + 1024)
-            .with_headroom(1024);
-        assert_eq!(ids(&take(&mut queue, &limits)), [1, 2]);
-        assert_eq!(ids(&take(&mut queue, &limits)), [3]);
-
-        // A member whose caller went away is dropped, not sent.
-        let (first, answer) = member(1, 1);
-        drop(answer);
-        let (second, answer) = member(2, 2);
-        answers.push(answer);
-        let mut queue: VecDeque<Member> = [first, second].into_iter().collect();
-        assert_eq!(ids(&take(&mut queue, &JournalLimits::default())), [2]);
-        assert!(queue.is_empty());
-        drop(answers);
     }
 }

@@ -39,13 +39,44 @@ use crate::etcd::{Connection, EtcdError, gets};
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 
-/// What a sent append came to.
+/// What a sent append came to. `by_read`: the sends' outcome stayed unknown, and only the
+/// resolving read settled it (for the metrics).
 #[derive(Debug)]
 pub(crate) enum Sent {
-    Committed { revision: i64 },
-    Fenced,
+    Committed { revision: i64, by_read: bool },
+    Fenced { by_read: bool },
     Unknown(EtcdError),
     Failed(EtcdError),
+}
+
+impl Sent {
+    /// Whether the resolving read settled it: committed or fenced, found by that read rather
+    /// than by a reply.
+    pub(crate) fn by_read(&self) -> bool {
+        match self {
+            Sent::Committed { by_read, .. } | Sent::Fenced { by_read } => *by_read,
+            Sent::Unknown(_) | Sent::Failed(_) => false,
+        }
+    }
+
+    /// The same outcome, settled by a read if `by_read` (an earlier read of a shared
+    /// transaction found that it never applied, and this send of one member's part settled
+    /// it).
+    pub(crate) fn told_by_read(self, by_read: bool) -> Self {
+        match self {
+            Sent::Committed {
+                revision,
+                by_read: own,
+            } => Sent::Committed {
+                revision,
+                by_read: own || by_read,
+            },
+            Sent::Fenced { by_read: own } => Sent::Fenced {
+                by_read: own || by_read,
+            },
+            other => other,
+        }
+    }
 }
 
 /// A conservative estimate of the size etcd sees for a transaction: the protobuf encoding of
@@ -94,7 +125,6 @@ pub(crate) const RESOLVE_GETS: usize = 3;
 /// as its parts, so that appends of several sessions can share one transaction (see
 /// [`batch`](super::batch)).
 pub(crate) struct AppendTxn {
-    pub(crate) session: Uuid,
     pub(crate) compares: Vec<Compare>,
     pub(crate) puts: Vec<TxnOp>,
     first_key: String,
@@ -158,7 +188,7 @@ impl AppendTxn {
     }
 
     /// [`build`](Self::build) with `guard` as the owner compare (a test-only mutant may
-    /// change or drop it; see [`Mutant`](super::mutant::Mutant)).
+    /// change or drop it).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn build_guarded(
         namespace: &Namespace,
@@ -203,7 +233,6 @@ impl AppendTxn {
         .flatten()
         .collect();
         Self {
-            session,
             compares,
             puts,
             first_key,
@@ -222,7 +251,6 @@ impl AppendTxn {
     /// what uses it.
     #[cfg(test)]
     pub(crate) fn for_test(
-        session: Uuid,
         first_key: String,
         nonce: Uuid,
         epoch: Epoch,
@@ -231,7 +259,6 @@ impl AppendTxn {
         size: usize,
     ) -> Self {
         Self {
-            session,
             compares: (0..compares)
                 .map(|i| Compare::version(format!("c{i}"), CompareOp::Equal, 0))
                 .collect(),
@@ -268,7 +295,7 @@ impl AppendTxn {
     }
 
     /// The transaction, on its own.
-    fn txn(&self) -> Txn {
+    pub(super) fn txn(&self) -> Txn {
         Txn::new()
             .when(self.compares.clone())
             .and_then(self.puts.clone())
@@ -288,20 +315,6 @@ impl AppendTxn {
         ownership: &Ownership,
         stop: &CancellationToken,
     ) -> Sent {
-        self.send_telling_how(connection, policy, ownership, stop)
-            .await
-            .0
-    }
-
-    /// [`send`](Self::send), and whether the resolving read settled the outcome (see
-    /// [`settle_telling_how`](Self::settle_telling_how)).
-    pub(crate) async fn send_telling_how(
-        &self,
-        connection: &Connection,
-        policy: &WritePolicy,
-        ownership: &Ownership,
-        stop: &CancellationToken,
-    ) -> (Sent, bool) {
         let written = write::send(
             connection,
             policy,
@@ -309,36 +322,6 @@ impl AppendTxn {
             &self.txn(),
             Some(&self.resolve()),
             || ownership.is_valid(),
-            stop,
-        )
-        .await;
-        self.settle_telling_how(written)
-    }
-
-    /// [`settle`](Self::settle), and whether the outcome was unknown until the resolving read
-    /// settled it: committed or fenced, found by that read rather than by a reply.
-    pub(crate) fn settle_telling_how(&self, written: Written) -> (Sent, bool) {
-        let by_read = matches!(written, Written::Resolved { .. });
-        let sent = self.settle(written);
-        let resolved = by_read && matches!(sent, Sent::Committed { .. } | Sent::Fenced);
-        (sent, resolved)
-    }
-
-    /// Sends it once, and never settles an unknown outcome: only for
-    /// [`Mutant::BlindReapply`](super::mutant::Mutant::BlindReapply).
-    pub(crate) async fn send_once(
-        &self,
-        connection: &Connection,
-        policy: &WritePolicy,
-        stop: &CancellationToken,
-    ) -> Sent {
-        let written = write::send(
-            connection,
-            policy,
-            "append",
-            &self.txn(),
-            None,
-            || false,
             stop,
         )
         .await;
@@ -411,6 +394,7 @@ impl AppendTxn {
         match written {
             Written::Replied(response) if response.succeeded() => Sent::Committed {
                 revision: response.header().map_or(0, |h| h.revision()),
+                by_read: false,
             },
             Written::Replied(response) => {
                 let mut gets = gets(&response);
@@ -418,12 +402,15 @@ impl AppendTxn {
                 match self.seen(first.as_ref(), tip.as_ref()) {
                     Seen::Committed { revision } => {
                         tracing::debug!(key = self.first_key, "an earlier send committed");
-                        Sent::Committed { revision }
+                        Sent::Committed {
+                            revision,
+                            by_read: false,
+                        }
                     }
                     // What is gone hides a commit only if an earlier send may have applied;
                     // otherwise this send's failed compare says it never did.
                     Seen::Gone if response.after_unknown() => Sent::Unknown(self.gone()),
-                    Seen::Gone | Seen::Taken | Seen::Empty => Sent::Fenced,
+                    Seen::Gone | Seen::Taken | Seen::Empty => Sent::Fenced { by_read: false },
                 }
             }
             Written::Resolved { read, unknown } => {
@@ -434,9 +421,12 @@ impl AppendTxn {
                     gets.next().flatten(),
                 );
                 match self.seen(first.as_ref(), tip.as_ref()) {
-                    Seen::Committed { revision } => Sent::Committed { revision },
-                    Seen::Taken => Sent::Fenced,
-                    Seen::Empty if self.unowned(owner.as_ref()) => Sent::Fenced,
+                    Seen::Committed { revision } => Sent::Committed {
+                        revision,
+                        by_read: true,
+                    },
+                    Seen::Taken => Sent::Fenced { by_read: true },
+                    Seen::Empty if self.unowned(owner.as_ref()) => Sent::Fenced { by_read: true },
                     Seen::Gone | Seen::Empty => Sent::Unknown(unknown),
                 }
             }
@@ -462,7 +452,6 @@ pub(super) mod tests {
 
     fn append(nonce: Uuid) -> AppendTxn {
         AppendTxn {
-            session: Uuid::nil(),
             compares: Vec::new(),
             puts: Vec::new(),
             first_key: "ns/journals/s/r/00000000000000000007".into(),
@@ -551,21 +540,27 @@ pub(super) mod tests {
         };
         assert_eq!(
             settled(Written::Replied(reply(true, vec![]).into())),
-            "Committed { revision: 60 }"
+            "Committed { revision: 60, by_read: false }"
         );
         // The compare failed: an earlier send of ours committed the first record...
         assert_eq!(
             failed(Some(record(ours)), Some(tip(9, theirs))),
-            "Committed { revision: 50 }"
+            "Committed { revision: 50, by_read: false }"
         );
         // ...or, its first record trimmed since, the tip is still ours.
         assert_eq!(
             failed(None, Some(tip(9, ours))),
-            "Committed { revision: 55 }"
+            "Committed { revision: 55, by_read: false }"
         );
         // Someone else's record is there, or none is and the tip is short of it: fenced.
-        assert_eq!(failed(Some(record(theirs)), Some(tip(9, theirs))), "Fenced");
-        assert_eq!(failed(None, Some(tip(6, theirs))), "Fenced");
+        assert_eq!(
+            failed(Some(record(theirs)), Some(tip(9, theirs))),
+            "Fenced { by_read: false }"
+        );
+        assert_eq!(
+            failed(None, Some(tip(6, theirs))),
+            "Fenced { by_read: false }"
+        );
         // None is, but the tip is past it: a trim removed whoever's record it was. Unknown.
         let trimmed = failed(None, Some(tip(7, theirs)));
         assert!(trimmed.starts_with("Unknown("), "{trimmed}");
@@ -599,17 +594,23 @@ pub(super) mod tests {
             ))
             .starts_with("Unknown(")
         );
-        assert_eq!(first(reply(false, vec![None, None]).into()), "Fenced");
+        assert_eq!(
+            first(reply(false, vec![None, None]).into()),
+            "Fenced { by_read: false }"
+        );
         assert_eq!(
             first(reply(false, vec![theirs_first, Some(tip(1, theirs))]).into()),
-            "Fenced"
+            "Fenced { by_read: false }"
         );
         // A reply to the first send (or after sends that certainly did not apply): it never
         // applied, whatever is gone.
         let first_send =
             |first, tip| settled(Written::Replied(reply(false, vec![first, tip]).into()));
-        assert_eq!(first_send(None, None), "Fenced");
-        assert_eq!(first_send(None, Some(tip(7, theirs))), "Fenced");
+        assert_eq!(first_send(None, None), "Fenced { by_read: false }");
+        assert_eq!(
+            first_send(None, Some(tip(7, theirs))),
+            "Fenced { by_read: false }"
+        );
     }
 
     #[test]
@@ -625,11 +626,11 @@ pub(super) mod tests {
         // Our record is there, or our tip: committed, whoever owns the session now.
         assert_eq!(
             resolved(Some(record(ours)), None, None),
-            "Committed { revision: 50 }"
+            "Committed { revision: 50, by_read: true }"
         );
         assert_eq!(
             resolved(None, Some(tip(9, ours)), None),
-            "Committed { revision: 55 }"
+            "Committed { revision: 55, by_read: true }"
         );
         // Another writer's record took its place: it can never commit.
         assert_eq!(
@@ -638,13 +639,16 @@ pub(super) mod tests {
                 Some(tip(7, theirs)),
                 Some(owner(epoch))
             ),
-            "Fenced"
+            "Fenced { by_read: true }"
         );
         // No record ever, and the owner key is gone or newer: it can never commit either.
-        assert_eq!(resolved(None, Some(tip(6, theirs)), None), "Fenced");
+        assert_eq!(
+            resolved(None, Some(tip(6, theirs)), None),
+            "Fenced { by_read: true }"
+        );
         assert_eq!(
             resolved(None, Some(tip(6, theirs)), Some(owner(epoch + 1))),
-            "Fenced"
+            "Fenced { by_read: true }"
         );
         // No record yet while the owner key is still ours: it may still commit.
         assert!(resolved(None, Some(tip(6, theirs)), Some(owner(epoch))).starts_with("Unknown("));
@@ -657,7 +661,7 @@ pub(super) mod tests {
     #[test]
     fn only_an_outcome_the_resolving_read_settles_counts_as_resolved() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let how = |written| append(ours).settle_telling_how(written).1;
+        let how = |written| append(ours).settle(written).by_read();
         let read = |first: Option<PbKeyValue>, owner: Option<PbKeyValue>| Written::Resolved {
             read: reply(true, vec![first, Some(tip(6, theirs)), owner]),
             unknown: unknown(),

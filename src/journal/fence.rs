@@ -22,8 +22,9 @@ use uuid::Uuid;
 use super::cas::{AppendTxn, Sent};
 use super::record::{decode_tip, encode_fence, encode_tip};
 use super::{DecodeError, Journal, JournalContext, Tip};
-use crate::etcd::{EtcdError, gets};
+use crate::etcd::{Connection, EtcdError, gets};
 use crate::journal::{AppendError, JournalLeaseLostError, OpenJournalError};
+use crate::keys::Namespace;
 use crate::lease::Ownership;
 
 /// The journal's tip as one linearizable read saw it, together with the owner key at the
@@ -81,7 +82,8 @@ async fn read_tip(
     context: &JournalContext,
     ownership: &Ownership,
 ) -> Result<SeenTip, OpenJournalError> {
-    let (owner, tip) = owner_and_tip(context, ownership, "open journal")
+    let (connection, namespace) = (&context.connection, &context.namespace);
+    let (owner, tip) = owner_and_tip(connection, namespace, ownership, "open journal")
         .await
         .map_err(OpenJournalError::Etcd)?;
     if owner.as_ref().map(|kv| kv.create_revision()) != Some(ownership.epoch().revision()) {
@@ -137,7 +139,7 @@ async fn fence_at(
         )
         .await;
     match sent {
-        Sent::Committed { revision } => {
+        Sent::Committed { revision, .. } => {
             tracing::info!(%session, %epoch, seq, "journal fenced and open");
             Ok(Fenced {
                 // `fence_seq` leaves room for it: this never saturates.
@@ -145,7 +147,7 @@ async fn fence_at(
                 revision,
             })
         }
-        Sent::Fenced => Err(fenced(ownership)),
+        Sent::Fenced { .. } => Err(fenced(ownership)),
         Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
         Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
     }
@@ -166,17 +168,17 @@ fn fence_seq(previous: Option<Tip>) -> Result<u64, OpenJournalError> {
 
 /// The owner key and the tip (each `None` when absent), read in one linearizable transaction.
 pub(super) async fn owner_and_tip(
-    context: &JournalContext,
+    connection: &Connection,
+    namespace: &Namespace,
     ownership: &Ownership,
     operation: &'static str,
 ) -> Result<(Option<KeyValue>, Option<KeyValue>), EtcdError> {
-    let tip_key = context.namespace.tip_key(ownership.session_id());
+    let tip_key = namespace.tip_key(ownership.session_id());
     let read = Txn::new().and_then([
         TxnOp::get(ownership.owner_key(), None),
         TxnOp::get(tip_key.as_str(), None),
     ]);
-    let response = context
-        .connection
+    let response = connection
         .read(operation, |mut client: KvClient, _| {
             let read = read.clone();
             async move { client.txn(read).await }

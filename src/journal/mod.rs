@@ -21,17 +21,19 @@
 //! the tip or recover in place; it stays fenced. A journal whose lease is lost or past its
 //! deadline refuses to append locally ([`JournalLeaseLostError`]), without sending anything.
 //!
-//! One transaction is in flight per journal. Appends that arrive meanwhile queue up, and the
-//! next transaction carries as many of them, in arrival order, as fit the [limits](#limits)
-//! (group commit): under concurrency a journal commits many appends per round trip, and a
-//! lone append is sent at once, with no timer. Each call is answered on its own: its own
-//! sequence numbers, or the transaction's outcome (fenced, unknown, failed) as its own error.
+//! Every append call of a store's journals joins the store's one append queue (the `queue`
+//! module). One transaction is in flight per journal. Appends that arrive meanwhile wait, and
+//! the next transaction carries as many of them, in arrival order, as fit the
+//! [limits](#limits) (group commit): under concurrency a journal commits many appends per
+//! round trip, and a lone append is sent at once, with no timer. Each call is answered on its
+//! own: its own sequence numbers, or the transaction's outcome (fenced, unknown, failed) as its
+//! own error.
 //!
 //! The journals of one store share transactions too: at most a few transactions are in flight
-//! for the whole store, and the journals' transactions that wait for one go together, each
-//! with its own compares, in one etcd transaction (see the `batch` module). It applies all or
-//! nothing; when it cannot apply because one journal is fenced, each journal's transaction is
-//! sent again on its own, so one journal's fence or loss never becomes another's.
+//! for the whole store, and the journals waiting for one go together, each with its own
+//! compares, in one etcd transaction (see the `batch` module). It applies all or nothing; when
+//! it cannot apply because one journal is fenced, each journal's append is sent again on its
+//! own, so one journal's fence or loss never becomes another's.
 //!
 //! # Outcome unknown
 //!
@@ -57,15 +59,14 @@
 //!
 //! # Cancel safety
 //!
-//! Dropping the future of an append that waits for its turn withdraws it if no transaction
-//! has taken it yet; if one has, it commits or not with that transaction, and nothing else
-//! changes. Dropping the future of the call that sends a transaction (for
-//! itself and the calls queued with it) leaves the journal indeterminate: the transaction may
-//! still commit, and the journal no longer knows its tip. The other calls of that transaction
-//! get [`Indeterminate`](JournalWriteError::Indeterminate), and every later append
-//! fails with [`Indeterminate`](JournalWriteError::Indeterminate) and
-//! [`Journal::broken`] resolves; give the session up and open it again under a new lease
-//! (a [`SessionHost`](crate::SessionHost) does this by itself).
+//! Transactions are sent on the store's tasks, never on a caller's future. Dropping the future
+//! of an append withdraws it if no transaction has taken it yet; if one has, it commits or not
+//! with that transaction, and the journal learns which: dropping an append never leaves the
+//! journal indeterminate. (Only a transaction cut short by its runtime shutting down does: the
+//! journal then no longer knows its tip, its calls get
+//! [`Indeterminate`](JournalWriteError::Indeterminate), and so does every later append, and
+//! [`Journal::broken`] resolves; give the session up and open it again under a new lease, as
+//! a [`SessionHost`](crate::SessionHost) does by itself.)
 //!
 //! # Limits
 //!
@@ -116,14 +117,15 @@ mod check;
 mod error;
 mod fence;
 mod limits;
+#[cfg(feature = "testing")]
 pub(crate) mod mutant;
+mod queue;
 mod record;
 mod replay;
 mod retention;
 
-use std::collections::VecDeque;
+use std::sync::Arc;
 
-use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
@@ -133,9 +135,8 @@ use crate::etcd::write::WritePolicy;
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::metrics::{AppendOutcome, Metrics, Put};
-pub(crate) use batch::Batcher;
-use cas::{AppendTxn, Sent, append_size};
-use mutant::Mutant;
+use queue::Writer;
+pub(crate) use queue::{Batcher, BatcherParts};
 
 pub(crate) use check::check;
 pub use check::{JournalCheck, Violation};
@@ -145,7 +146,6 @@ pub use error::{
 };
 pub(crate) use fence::{SeenTip, open};
 pub use limits::{JournalLimits, MAX_IN_FLIGHT, MIN_TXN_OPS, ReplayOptions};
-pub(crate) use record::encode_tip;
 pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub(crate) use record::{decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
@@ -163,20 +163,6 @@ pub struct Appended {
     pub revision: i64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Condition {
-    Open,
-    Fenced,
-    Indeterminate,
-    Closed,
-}
-
-struct Writer {
-    next_seq: u64,
-    tip_mod_revision: i64,
-    condition: Condition,
-}
-
 /// What a journal needs of its store: where to write, under which names, within which limits,
 /// and the store's shutdown.
 #[derive(Clone)]
@@ -189,35 +175,17 @@ pub(crate) struct JournalContext {
     pub(crate) limits: JournalLimits,
     pub(crate) policy: WritePolicy,
     pub(crate) stop: CancellationToken,
-    /// The protocol as written, unless a test turned a broken variant on.
-    pub(crate) mutant: Mutant,
-    /// The store's appends share transactions through it.
-    pub(crate) batcher: std::sync::Arc<Batcher>,
+    /// The store's append queue.
+    pub(crate) batcher: Arc<Batcher>,
 }
-
-/// An append waiting for its turn: its payloads, and where its answer goes.
-struct Queued {
-    payloads: Vec<Vec<u8>>,
-    reply: oneshot::Sender<Answer>,
-}
-
-/// What an append call is told, and whether its transaction's outcome was unknown until the
-/// resolving read settled it (for the metrics).
-type Answer = (Result<Appended, JournalWriteError>, bool);
 
 /// A session's journal, open for appending under one lease. One transaction is in flight at a
 /// time; the appends that arrive meanwhile are committed together in the next one.
 pub struct Journal {
     context: JournalContext,
     ownership: Ownership,
-    /// Held by the caller whose transaction is in flight (the committer).
-    writer: Mutex<Writer>,
-    /// Appends waiting for the next transaction, in arrival order.
-    queue: std::sync::Mutex<VecDeque<Queued>>,
-    /// Cancelled once the journal can no longer append (fenced or indeterminate).
-    broken: CancellationToken,
-    /// The lengths of a record key and of the tip key, for [`encoded_size`](Self::encoded_size).
-    key_lengths: (usize, usize),
+    /// The journal's side of the store's append queue.
+    writer: Arc<Writer>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -229,20 +197,6 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-/// Marks the journal broken if an append is dropped while its transaction is in flight.
-struct InFlight<'a> {
-    broken: &'a CancellationToken,
-    settled: bool,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.broken.cancel();
-        }
-    }
-}
-
 impl Journal {
     pub(crate) fn new(
         context: JournalContext,
@@ -250,22 +204,16 @@ impl Journal {
         next_seq: u64,
         tip_mod_revision: i64,
     ) -> Self {
-        let session = ownership.session_id();
-        let key_lengths = (
-            context.namespace.record_key(session, 0).len(),
-            context.namespace.tip_key(session).len(),
+        let writer = Writer::new(
+            ownership.clone(),
+            context.namespace.clone(),
+            next_seq,
+            tip_mod_revision,
         );
         Self {
             context,
             ownership,
-            key_lengths,
-            writer: Mutex::new(Writer {
-                next_seq,
-                tip_mod_revision,
-                condition: Condition::Open,
-            }),
-            queue: std::sync::Mutex::new(VecDeque::new()),
-            broken: CancellationToken::new(),
+            writer,
         }
     }
 
@@ -289,31 +237,22 @@ impl Journal {
         &self.context.limits
     }
 
-    /// Whether the journal can no longer append: it was fenced, or an append's outcome stayed
-    /// unknown (or was dropped in flight). No lock, no I/O.
+    /// Whether the journal can no longer append: it was fenced, an append's outcome stayed
+    /// unknown, or an append found its lease lost. No lock, no I/O.
     pub fn is_broken(&self) -> bool {
-        self.broken.is_cancelled()
+        self.writer.is_broken()
     }
 
     /// Resolves once the journal can no longer append (see [`is_broken`](Self::is_broken)):
     /// the session must be given up and opened again under a new lease to go on. Like
     /// [`Lost`](crate::Lost), awaiting it after the fact resolves at once.
     pub async fn broken(&self) {
-        self.broken.cancelled().await;
+        self.writer.broken().await;
     }
 
     /// The encoded size the limits are checked against, for a batch of these payloads.
     pub fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
-        let (key, tip) = self.key_lengths;
-        append_size(
-            key,
-            tip,
-            self.ownership.owner_key().len(),
-            payloads
-                .iter()
-                .map(|p| record::RECORD_HEADER + p.as_ref().len()),
-            record::TIP_LEN,
-        )
+        self.writer.encoded_size(payloads)
     }
 
     /// Appends one event. See [`append_batch`](Self::append_batch).
@@ -333,9 +272,9 @@ impl Journal {
     ///
     /// An append whose outcome is unknown is re-sent while the lease is valid, so it may take
     /// as long as the lease stays valid (bounded by the node lease's TTL) during an outage.
-    /// **Cancel safety:** dropping the future of a waiting append withdraws it unless a
-    /// transaction took it already; dropping the one that sends a transaction leaves the
-    /// journal indeterminate (see the [module docs](self#cancel-safety)).
+    /// **Cancel safety:** dropping the future of an append withdraws it unless a
+    /// transaction took it already; one that did commits or not, and the journal learns which
+    /// (see the [module docs](self#cancel-safety)).
     pub async fn append_batch<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
@@ -359,212 +298,22 @@ impl Journal {
                 max: limits.max_bytes(),
             });
         }
-        let started = tokio::time::Instant::now();
+        let (started, count) = (tokio::time::Instant::now(), payloads.len());
         let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
-        let (answered, resolved) = self.answer(payloads).instrument(span).await;
+        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+        let batcher = &self.context.batcher;
+        let answer = batcher
+            .append(&self.writer, payloads)
+            .instrument(span)
+            .await;
         count_append(
             &self.context.metrics,
-            &answered,
-            resolved,
-            payloads.len(),
+            &answer.result,
+            answer.by_read,
+            count,
             started.elapsed(),
         );
-        answered
-    }
-
-    /// Queues the append and waits for its answer: from whoever committed the batch it was
-    /// in, or from committing the next batch itself.
-    async fn answer<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Answer {
-        let (reply, mut answer) = oneshot::channel();
-        self.queue().push_back(Queued {
-            payloads: payloads.iter().map(|p| p.as_ref().to_vec()).collect(),
-            reply,
-        });
-        loop {
-            // Answered by whoever committed the batch this append was in; or the committer.
-            let mut writer = tokio::select! {
-                biased;
-                answer = &mut answer => return answer.unwrap_or((Err(JournalWriteError::Indeterminate), false)),
-                writer = self.writer.lock() => writer,
-            };
-            if let Ok(answer) = answer.try_recv() {
-                return answer;
-            }
-            self.commit_next(&mut writer).await;
-        }
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
-        self.queue
-            .lock()
-            .expect("the queue lock is never held across a panic")
-    }
-
-    /// Takes the next batch off the queue, in order, within the limits: the appends whose
-    /// callers still wait. Each append fits alone (checked when it was queued).
-    fn next_batch(&self) -> Vec<Queued> {
-        let limits = &self.context.limits;
-        let mut queue = self.queue();
-        let mut batch: Vec<Queued> = Vec::new();
-        let mut records = 0;
-        while let Some(next) = queue.front() {
-            if next.reply.is_closed() {
-                queue.pop_front();
-                continue;
-            }
-            if !batch.is_empty() {
-                let fits = records + next.payloads.len() <= limits.max_records()
-                    && self.encoded_size(
-                        &batch
-                            .iter()
-                            .chain([next])
-                            .flat_map(|queued| &queued.payloads)
-                            .collect::<Vec<_>>(),
-                    ) <= limits.max_bytes();
-                if !fits {
-                    break;
-                }
-            }
-            records += next.payloads.len();
-            batch.extend(queue.pop_front());
-        }
-        batch
-    }
-
-    /// Commits the next batch in one transaction and answers each of its callers.
-    async fn commit_next(&self, writer: &mut Writer) {
-        let batch = self.next_batch();
-        if batch.is_empty() {
-            return;
-        }
-        let payloads: Vec<&[u8]> = batch
-            .iter()
-            .flat_map(|queued| queued.payloads.iter().map(Vec::as_slice))
-            .collect();
-        let (result, resolved) = self.commit(writer, &payloads).await;
-        let mut first_seq = result.as_ref().map_or(0, |appended| appended.first_seq);
-        for queued in batch {
-            let answer = result.clone().map(|appended| {
-                // Inside the appended range, whose last record leaves room for one more: these
-                // never saturate.
-                let last_seq = first_seq.saturating_add(queued.payloads.len() as u64 - 1);
-                let own = Appended {
-                    first_seq,
-                    last_seq,
-                    revision: appended.revision,
-                };
-                first_seq = last_seq.saturating_add(1);
-                own
-            });
-            // A caller that went away meanwhile no longer needs its answer.
-            let _ = queued.reply.send((answer, resolved));
-        }
-    }
-
-    /// Appends `payloads` in one transaction, under the writer's lock; and whether its
-    /// outcome was unknown until the resolving read settled it.
-    async fn commit(&self, writer: &mut Writer, payloads: &[&[u8]]) -> Answer {
-        let mut resolved = false;
-        let result = self.commit_telling(writer, payloads, &mut resolved).await;
-        (result, resolved)
-    }
-
-    /// [`commit`](Self::commit)'s body; sets `resolved` when the resolving read settled the
-    /// transaction's outcome.
-    async fn commit_telling(
-        &self,
-        writer: &mut Writer,
-        payloads: &[&[u8]],
-        resolved: &mut bool,
-    ) -> Result<Appended, JournalWriteError> {
-        match writer.condition {
-            Condition::Open => {}
-            Condition::Fenced => return Err(JournalWriteError::Fenced(self.fenced())),
-            Condition::Indeterminate => return Err(JournalWriteError::Indeterminate),
-            Condition::Closed => return Err(JournalWriteError::Closed),
-        }
-        self.ownership
-            .check()
-            .map_err(|source| JournalWriteError::LeaseLost(JournalLeaseLostError { source }))?;
-        let (epoch, mutant) = (self.epoch(), self.context.mutant);
-        let (mut first_seq, mut tip_mod_revision) = (writer.next_seq, writer.tip_mod_revision);
-        let mut guard = mutant.guard(&self.ownership);
-        let (sent, last_seq, next_seq) = loop {
-            // The last record and the next append's first must fit in a u64.
-            let Some((last_seq, next_seq)) = first_seq
-                .checked_add(payloads.len() as u64 - 1)
-                .and_then(|last| Some((last, last.checked_add(1)?)))
-            else {
-                return Err(JournalWriteError::SequenceExhausted { seq: first_seq });
-            };
-            let nonce = Uuid::new_v4();
-            let values = payloads
-                .iter()
-                .zip(first_seq..)
-                .map(|(p, seq)| record::encode_event(seq, epoch, nonce, p))
-                .collect();
-            let tip = encode_tip(&Tip {
-                seq: last_seq,
-                epoch,
-                nonce,
-            });
-            let append = AppendTxn::build_guarded(
-                &self.context.namespace,
-                &self.ownership,
-                guard.clone(),
-                first_seq,
-                nonce,
-                values,
-                tip,
-                tip_mod_revision,
-            );
-            debug_assert_eq!(append.size, self.encoded_size(payloads));
-            self.context.metrics.batch(payloads.len());
-            // Until the send resolves, the tip is unknown: if this future is dropped mid-send,
-            // the journal must not go on as if nothing had been sent.
-            writer.condition = Condition::Indeterminate;
-            let mut in_flight = InFlight {
-                broken: &self.broken,
-                settled: false,
-            };
-            let context = &self.context;
-            let sent;
-            (sent, *resolved) = mutant.send(append, context, &self.ownership).await;
-            in_flight.settled = true;
-            writer.condition = Condition::Open;
-            // The protocol as written sends once; a broken variant may send again.
-            match mutant.again(context, &self.ownership, &sent).await {
-                Some(again) => {
-                    (first_seq, tip_mod_revision) = (again.first_seq, again.tip_mod_revision);
-                    guard = again.guard;
-                }
-                None => break (sent, last_seq, next_seq),
-            }
-        };
-        match sent {
-            Sent::Committed { revision } => {
-                writer.next_seq = next_seq;
-                writer.tip_mod_revision = revision;
-                Ok(Appended {
-                    first_seq,
-                    last_seq,
-                    revision,
-                })
-            }
-            Sent::Fenced => {
-                writer.condition = Condition::Fenced;
-                self.broken.cancel();
-                tracing::warn!(session = %self.session_id(), %epoch, "journal fenced");
-                Err(JournalWriteError::Fenced(self.fenced()))
-            }
-            Sent::Unknown(error) => {
-                writer.condition = Condition::Indeterminate;
-                self.broken.cancel();
-                tracing::warn!(session = %self.session_id(), %epoch, %error, "append outcome unknown; the journal is indeterminate");
-                Err(JournalWriteError::OutcomeUnknown(error))
-            }
-            Sent::Failed(error) => Err(JournalWriteError::Etcd(error)),
-        }
+        answer.result
     }
 
     /// Trims the journal: removes the records before `before`, keeping `before` and every
@@ -601,17 +350,7 @@ impl Journal {
     /// Waits for the append in flight, if any, and refuses every later one
     /// ([`JournalWriteError::Closed`]): after this, the last durable append is behind us.
     pub async fn close(&self) {
-        let mut writer = self.writer.lock().await;
-        if writer.condition == Condition::Open {
-            writer.condition = Condition::Closed;
-        }
-    }
-
-    fn fenced(&self) -> AppendError {
-        AppendError {
-            session_id: self.session_id(),
-            epoch: self.epoch(),
-        }
+        self.writer.close().await;
     }
 }
 

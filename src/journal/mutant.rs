@@ -7,8 +7,6 @@
 /// A broken variant of the journal's append, or none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-// Without the harness only `None` is ever built, and nothing outside names the type.
-#[cfg_attr(not(feature = "testing"), allow(dead_code, unreachable_pub))]
 pub enum Mutant {
     /// The protocol as written.
     #[default]
@@ -26,57 +24,65 @@ pub enum Mutant {
 
 use etcd_client::{Compare, CompareOp};
 
-use super::JournalContext;
-use super::cas::{AppendTxn, Sent};
+use super::cas::Sent;
 use super::fence::owner_and_tip;
+use super::queue::{Batcher, Member};
 use super::record::decode_tip;
-use crate::lease::Ownership;
+use crate::etcd::write;
 
 /// Where a mutant sends its append again: after the tip as it is now, with the owner compare
 /// it takes (`None`: none).
-pub(crate) struct Again {
-    pub(crate) first_seq: u64,
-    pub(crate) tip_mod_revision: i64,
-    pub(crate) guard: Option<Compare>,
+struct Again {
+    first_seq: u64,
+    tip_mod_revision: i64,
+    guard: Option<Compare>,
 }
 
 impl Mutant {
-    /// The owner compare an append takes: none for [`Mutant::SkipOwnerCompare`].
-    pub(crate) fn guard(self, ownership: &Ownership) -> Option<Compare> {
-        (self != Mutant::SkipOwnerCompare).then(|| ownership.guard())
+    /// The one hook: sends the appends of `members` as this mutant breaks the protocol, each on
+    /// its own, and says what each came to. Called by the batcher instead of its shared
+    /// transaction, for any mutant but [`Mutant::None`].
+    pub(crate) async fn send(self, batcher: &Batcher, members: &mut [Member]) -> Vec<Sent> {
+        let mut sent = Vec::with_capacity(members.len());
+        for member in members.iter_mut() {
+            sent.push(self.send_one(batcher, member).await);
+        }
+        sent
     }
 
-    /// Sends `append`: as the protocol says, or once and without settling an unknown
-    /// outcome for [`Mutant::BlindReapply`]. Also says whether a resolving read settled the
-    /// outcome (see [`AppendTxn::send_telling_how`]).
-    pub(crate) async fn send(
-        self,
-        append: AppendTxn,
-        context: &JournalContext,
-        ownership: &Ownership,
-    ) -> (Sent, bool) {
-        let (connection, policy, stop) = (&context.connection, &context.policy, &context.stop);
-        match self {
-            Mutant::BlindReapply => (append.send_once(connection, policy, stop).await, false),
-            _ => context.batcher.send(append, ownership).await,
+    async fn send_one(self, batcher: &Batcher, member: &mut Member) -> Sent {
+        if self == Mutant::SkipOwnerCompare {
+            let (first_seq, tip_mod_revision) = member.place();
+            member.remake(first_seq, tip_mod_revision, None);
+        }
+        loop {
+            let sent = match self {
+                Mutant::BlindReapply => send_once(batcher, member).await,
+                _ => batcher.alone(member).await,
+            };
+            match self.again(batcher, member, &sent).await {
+                Some(again) => member.remake(again.first_seq, again.tip_mod_revision, again.guard),
+                None => return sent,
+            }
         }
     }
 
-    /// Whether and where this mutant sends an append again after `sent`; `None` for the
-    /// protocol as written, which never does.
-    pub(crate) async fn again(
-        self,
-        context: &JournalContext,
-        ownership: &Ownership,
-        sent: &Sent,
-    ) -> Option<Again> {
+    /// Whether and where this mutant sends an append again after `sent`; `None` for the ones
+    /// that never do.
+    async fn again(self, batcher: &Batcher, member: &Member, sent: &Sent) -> Option<Again> {
         match (self, sent) {
-            (Mutant::RecoverInPlace, Sent::Fenced) | (Mutant::BlindReapply, Sent::Unknown(_)) => {}
+            (Mutant::RecoverInPlace, Sent::Fenced { .. })
+            | (Mutant::BlindReapply, Sent::Unknown(_)) => {}
             _ => return None,
         }
-        let (owner, tip) = owner_and_tip(context, ownership, "mutant re-read")
-            .await
-            .ok()?;
+        let ownership = member.ownership();
+        let read = owner_and_tip(
+            &batcher.connection,
+            member.namespace(),
+            ownership,
+            "mutant re-read",
+        );
+        let (owner, tip) = read.await.ok()?;
         let (owner, tip) = (owner?, tip?);
         let seq = decode_tip(tip.key(), tip.value()).ok()?.seq;
         let guard = match self {
@@ -94,4 +100,19 @@ impl Mutant {
             guard,
         })
     }
+}
+
+/// Sends `member`'s append once, and never settles an unknown outcome by reading.
+async fn send_once(batcher: &Batcher, member: &Member) -> Sent {
+    let written = write::send(
+        &batcher.connection,
+        &batcher.policy,
+        "append",
+        &member.append.txn(),
+        None,
+        || false,
+        &batcher.stop,
+    )
+    .await;
+    member.append.settle(written)
 }

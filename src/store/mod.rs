@@ -86,9 +86,8 @@ use uuid::Uuid;
 use crate::deadline::deadline;
 use crate::etcd::write::WritePolicy;
 use crate::etcd::{ConnectOptions, Connection, EtcdError};
-use crate::journal::mutant::Mutant;
 use crate::journal::{
-    self, Authority, Batcher, Deleted, Event, Journal, JournalContext, JournalLimits,
+    self, Authority, Batcher, BatcherParts, Deleted, Event, Journal, JournalContext, JournalLimits,
     NilLeaseError, OpenJournalError, Record, Replay, ReplayOptions, Retention, RetentionError,
 };
 use crate::keys::Namespace;
@@ -140,7 +139,6 @@ pub(crate) struct StoreShared {
     request_timeout: Duration,
     pub(crate) write: WritePolicy,
     journal: JournalLimits,
-    mutant: Mutant,
     replay: ReplayOptions,
     current: Mutex<Option<Arc<NodeLease>>>,
     pub(crate) registry: Mutex<Registry>,
@@ -224,22 +222,26 @@ impl Store {
         let write = bounded_write_policy(&options.write, options.request_timeout, options.ttl);
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
         let metrics = Metrics::new(&options.node, &options.namespace);
-        let batcher = Batcher::new(
-            connection.clone(),
-            write.clone(),
-            options.journal.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-            tasks.clone(),
+        let span = tracing::info_span!(
+            parent: None,
+            "store",
+            node = %options.node,
+            namespace = %options.namespace
         );
+        let batcher = Batcher::new(BatcherParts {
+            connection: connection.clone(),
+            policy: write.clone(),
+            limits: options.journal.clone(),
+            metrics: metrics.clone(),
+            stop: shutdown.clone(),
+            tasks: tasks.clone(),
+            span: span.clone(),
+            #[cfg(feature = "testing")]
+            mutant: options.mutant,
+        });
         let shared = Arc::new(StoreShared {
             metrics,
-            span: tracing::info_span!(
-                parent: None,
-                "store",
-                node = %options.node,
-                namespace = %options.namespace
-            ),
+            span,
             connection,
             namespace: options.namespace,
             node: options.node,
@@ -250,7 +252,6 @@ impl Store {
             request_timeout: options.request_timeout,
             write,
             journal: options.journal,
-            mutant: options.mutant,
             replay: options.replay,
             current: Mutex::new(Some(node.clone())),
             registry: Mutex::new(Registry::default()),
@@ -619,7 +620,6 @@ impl StoreShared {
             limits: self.journal.clone(),
             policy: self.write.clone(),
             stop: self.shutdown.clone(),
-            mutant: self.mutant,
             batcher: self.batcher.clone(),
         }
     }

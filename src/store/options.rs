@@ -7,6 +7,7 @@ use uuid::Uuid;
 use super::StoreError;
 use crate::deadline::FOREVER;
 use crate::etcd::{Credentials, RetryPolicy, TlsOptions, WritePolicy};
+#[cfg(feature = "testing")]
 use crate::journal::mutant::Mutant;
 use crate::journal::{JournalLimits, ReplayOptions};
 use crate::keys::Namespace;
@@ -53,6 +54,7 @@ pub struct StoreOptions {
     pub credentials: Option<Credentials>,
     /// A deliberately broken append, for tests of checkers; see
     /// [`with_mutant`](Self::with_mutant).
+    #[cfg(feature = "testing")]
     pub(crate) mutant: Mutant,
 }
 
@@ -73,6 +75,7 @@ impl StoreOptions {
             replay: ReplayOptions::default(),
             tls: None,
             credentials: None,
+            #[cfg(feature = "testing")]
             mutant: Mutant::None,
         }
     }
@@ -159,7 +162,7 @@ impl StoreOptions {
     /// catches what it breaks. Never for production: the invariants do not hold under it.
     #[cfg(feature = "testing")]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub fn with_mutant(mut self, mutant: crate::journal::mutant::Mutant) -> Self {
+    pub fn with_mutant(mut self, mutant: Mutant) -> Self {
         self.mutant = mutant;
         self
     }

@@ -1,0 +1,895 @@
+//! The store's append queue: every append call of every journal of a store waits here, and the
+//! store forms its append transactions from it.
+//!
+//! A call joins its journal's waiting calls (the journal's [`Writer`]). A journal with calls
+//! waiting and no transaction in flight is *ready*. Whenever one of the store's
+//! [`JournalLimits::in_flight`] slots is free and a journal is ready, the store takes the ready
+//! journals in the order they became ready and forms one transaction of them:
+//!
+//! - one append per journal, made of its waiting calls in arrival order, as many as fit the
+//!   journal's [limits](super#limits) (group commit);
+//! - as many journals as fit etcd's limits, each with its own compares (journals sharing a
+//!   transaction: see [`batch`](super::batch) for how its outcome is read);
+//! - never two journals of one session (a stale journal and its successor in one store would
+//!   put the same keys, which etcd refuses).
+//!
+//! So a journal has at most one transaction in flight, a store at most `in_flight`, and a lone
+//! call is sent at once, with no timer. The journals that did not fit go first in the next
+//! transaction.
+//!
+//! Transactions are sent on the store's tasks, never on a caller's future: a call dropped
+//! before a transaction took it is withdrawn; one dropped after commits or not with its
+//! transaction, and its journal learns which. A journal whose lease is lost, or whose journal
+//! is fenced, indeterminate or closed, has its waiting calls refused without sending anything.
+//!
+//! Lock order: the ready list, then a writer's state. Neither is held across an `.await`.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use etcd_client::Compare;
+use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
+use uuid::Uuid;
+
+use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent, append_size};
+#[cfg(feature = "testing")]
+use super::mutant::Mutant;
+use super::record::{self, Tip, encode_tip};
+use super::{AppendError, Appended, JournalLeaseLostError, JournalLimits, JournalWriteError};
+use crate::etcd::Connection;
+use crate::etcd::write::WritePolicy;
+use crate::keys::Namespace;
+use crate::lease::Ownership;
+use crate::metrics::Metrics;
+
+/// The compares of one append: the tip, the owner key, the first record.
+const APPEND_COMPARES: usize = 3;
+
+/// What an append call is told, and whether only the resolving read settled its transaction's
+/// outcome (for the metrics).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) result: Result<Appended, JournalWriteError>,
+    pub(crate) by_read: bool,
+}
+
+impl Answer {
+    fn refused(error: JournalWriteError) -> Self {
+        Self {
+            result: Err(error),
+            by_read: false,
+        }
+    }
+}
+
+/// A call waiting for a transaction: its payloads, and where its answer goes.
+struct Call {
+    payloads: Vec<Vec<u8>>,
+    reply: oneshot::Sender<Answer>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Condition {
+    Open,
+    Fenced,
+    Indeterminate,
+    Closed,
+}
+
+/// A journal's side of the store's queue: where it stands, and its calls waiting.
+pub(crate) struct Writer {
+    ownership: Ownership,
+    namespace: Namespace,
+    /// The lengths of a record key and of the tip key, for [`encoded_size`](Self::encoded_size).
+    key_lengths: (usize, usize),
+    state: Mutex<State>,
+    /// Cancelled once the journal can no longer append: fenced, indeterminate, or its lease
+    /// found lost.
+    broken: CancellationToken,
+    /// Notified whenever the journal's transaction in flight ends.
+    idle: Notify,
+}
+
+struct State {
+    next_seq: u64,
+    /// The tip's mod_revision, as the last committed append left it (0: no tip).
+    tip_mod_revision: i64,
+    condition: Condition,
+    waiting: VecDeque<Call>,
+    in_flight: bool,
+    /// Whether the journal is on the store's ready list.
+    listed: bool,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        ownership: Ownership,
+        namespace: Namespace,
+        next_seq: u64,
+        tip_mod_revision: i64,
+    ) -> Arc<Self> {
+        let session = ownership.session_id();
+        let key_lengths = (
+            namespace.record_key(session, 0).len(),
+            namespace.tip_key(session).len(),
+        );
+        Arc::new(Self {
+            ownership,
+            namespace,
+            key_lengths,
+            state: Mutex::new(State {
+                next_seq,
+                tip_mod_revision,
+                condition: Condition::Open,
+                waiting: VecDeque::new(),
+                in_flight: false,
+                listed: false,
+            }),
+            broken: CancellationToken::new(),
+            idle: Notify::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The encoded size the limits are checked against, for an append of these payloads.
+    pub(crate) fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
+        let (key, tip) = self.key_lengths;
+        append_size(
+            key,
+            tip,
+            self.ownership.owner_key().len(),
+            payloads
+                .iter()
+                .map(|p| record::RECORD_HEADER + p.as_ref().len()),
+            record::TIP_LEN,
+        )
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.is_cancelled()
+    }
+
+    pub(crate) async fn broken(&self) {
+        self.broken.cancelled().await;
+    }
+
+    /// Waits for the append in flight, if any, then refuses every later one.
+    pub(crate) async fn close(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            {
+                let mut state = self.state();
+                if !state.in_flight {
+                    if state.condition == Condition::Open {
+                        state.condition = Condition::Closed;
+                    }
+                    return;
+                }
+            }
+            idle.await;
+        }
+    }
+
+    fn fenced(&self) -> AppendError {
+        AppendError {
+            session_id: self.ownership.session_id(),
+            epoch: self.ownership.epoch(),
+        }
+    }
+
+    /// Why the journal refuses to send appends now, if it does: its condition, or its lease
+    /// lost or past its deadline (which breaks it: a lease is never valid again once lost).
+    fn refusal(&self, condition: Condition) -> Option<JournalWriteError> {
+        match condition {
+            Condition::Open => {}
+            Condition::Fenced => return Some(JournalWriteError::Fenced(self.fenced())),
+            Condition::Indeterminate => return Some(JournalWriteError::Indeterminate),
+            Condition::Closed => return Some(JournalWriteError::Closed),
+        }
+        let source = self.ownership.check().err()?;
+        self.broken.cancel();
+        Some(JournalWriteError::LeaseLost(JournalLeaseLostError {
+            source,
+        }))
+    }
+
+    /// How many of the waiting calls, from the front, the next append takes (in arrival order,
+    /// within the journal's limits), with their records and encoded size. Calls whose callers
+    /// went away are withdrawn first. Each call fits alone (checked when it was made).
+    fn coalesce(&self, state: &mut State, limits: &JournalLimits) -> (usize, usize, usize) {
+        state.waiting.retain(|call| !call.reply.is_closed());
+        // The size is the fixed part plus each record's: sum the calls' record parts.
+        let fixed = self.encoded_size::<&[u8]>(&[]);
+        let (mut calls, mut records, mut size) = (0, 0, fixed);
+        for call in &state.waiting {
+            let more = call.payloads.len();
+            let bytes = self.encoded_size(&call.payloads).saturating_sub(fixed);
+            let fits = records + more <= limits.max_records()
+                && size.saturating_add(bytes) <= limits.max_bytes();
+            if calls > 0 && !fits {
+                break;
+            }
+            (calls, records, size) = (calls + 1, records + more, size.saturating_add(bytes));
+        }
+        (calls, records, size)
+    }
+
+    /// What `sent` means for the append from `first_seq` to `last_seq`, recorded in `state`.
+    fn settle(
+        &self,
+        state: &mut State,
+        (first_seq, last_seq): (u64, u64),
+        sent: Sent,
+    ) -> Result<Appended, JournalWriteError> {
+        let (session, epoch) = (self.ownership.session_id(), self.ownership.epoch());
+        match sent {
+            Sent::Committed { revision, .. } => {
+                // `take` checked that the next append's first sequence number fits.
+                state.next_seq = last_seq.saturating_add(1);
+                state.tip_mod_revision = revision;
+                Ok(Appended {
+                    first_seq,
+                    last_seq,
+                    revision,
+                })
+            }
+            Sent::Fenced { .. } => {
+                state.condition = Condition::Fenced;
+                self.broken.cancel();
+                tracing::warn!(%session, %epoch, "journal fenced");
+                Err(JournalWriteError::Fenced(self.fenced()))
+            }
+            Sent::Unknown(error) => {
+                state.condition = Condition::Indeterminate;
+                self.broken.cancel();
+                tracing::warn!(%session, %epoch, %error, "append outcome unknown; the journal is indeterminate");
+                Err(JournalWriteError::OutcomeUnknown(error))
+            }
+            Sent::Failed(error) => Err(JournalWriteError::Etcd(error)),
+        }
+    }
+
+    /// The transaction that carried the journal's append went away unsettled (the store's
+    /// runtime shut down under it): the append may still commit, so the journal no longer
+    /// knows its tip.
+    fn abandon(&self) {
+        let mut state = self.state();
+        state.in_flight = false;
+        state.condition = Condition::Indeterminate;
+        self.broken.cancel();
+        for call in state.waiting.drain(..) {
+            let _ = call
+                .reply
+                .send(Answer::refused(JournalWriteError::Indeterminate));
+        }
+        drop(state);
+        self.idle.notify_waiters();
+    }
+}
+
+/// One journal's append in a transaction being formed or sent: its calls, in order.
+pub(crate) struct Member {
+    writer: Arc<Writer>,
+    calls: Vec<Call>,
+    records: usize,
+    first_seq: u64,
+    /// The tip's mod_revision its append compares (for the mutants, which make it anew).
+    #[cfg(feature = "testing")]
+    tip_mod_revision: i64,
+    pub(super) append: AppendTxn,
+    /// Whether its journal has learnt what it came to (see [`Drop`]).
+    settled: bool,
+}
+
+impl Member {
+    fn new(writer: Arc<Writer>, calls: Vec<Call>, first_seq: u64, tip_mod_revision: i64) -> Self {
+        let records = calls.iter().map(|call| call.payloads.len()).sum();
+        let guard = Some(writer.ownership.guard());
+        let append = build(&writer, &calls, first_seq, tip_mod_revision, guard);
+        Self {
+            writer,
+            calls,
+            records,
+            first_seq,
+            #[cfg(feature = "testing")]
+            tip_mod_revision,
+            append,
+            settled: false,
+        }
+    }
+
+    pub(super) fn ownership(&self) -> &Ownership {
+        &self.writer.ownership
+    }
+
+    /// Its journal's namespace.
+    #[cfg(feature = "testing")]
+    pub(super) fn namespace(&self) -> &Namespace {
+        &self.writer.namespace
+    }
+
+    /// Makes its append anew, under a new nonce: from `first_seq`, after the tip at
+    /// `tip_mod_revision`, with `guard` as the owner compare (`None`: none). Only the test-only
+    /// mutants do this.
+    #[cfg(feature = "testing")]
+    pub(super) fn remake(&mut self, first_seq: u64, tip_mod_revision: i64, guard: Option<Compare>) {
+        self.append = build(
+            &self.writer,
+            &self.calls,
+            first_seq,
+            tip_mod_revision,
+            guard,
+        );
+        (self.first_seq, self.tip_mod_revision) = (first_seq, tip_mod_revision);
+    }
+
+    /// Where its append starts, and the tip's mod_revision it compares.
+    #[cfg(feature = "testing")]
+    pub(super) fn place(&self) -> (u64, i64) {
+        (self.first_seq, self.tip_mod_revision)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.writer.abandon();
+        }
+    }
+}
+
+/// The append transaction of `calls`' payloads, in order, from `first_seq` under a fresh
+/// nonce. `take` checked that the last sequence number fits.
+fn build(
+    writer: &Writer,
+    calls: &[Call],
+    first_seq: u64,
+    tip_mod_revision: i64,
+    guard: Option<Compare>,
+) -> AppendTxn {
+    let (ownership, epoch) = (&writer.ownership, writer.ownership.epoch());
+    let nonce = Uuid::new_v4();
+    let payloads = calls.iter().flat_map(|call| &call.payloads);
+    let values: Vec<Vec<u8>> = payloads
+        .zip(first_seq..)
+        .map(|(payload, seq)| record::encode_event(seq, epoch, nonce, payload))
+        .collect();
+    let last_seq = first_seq.saturating_add(values.len() as u64 - 1);
+    let tip = encode_tip(&Tip {
+        seq: last_seq,
+        epoch,
+        nonce,
+    });
+    let append = AppendTxn::build_guarded(
+        &writer.namespace,
+        ownership,
+        guard,
+        first_seq,
+        nonce,
+        values,
+        tip,
+        tip_mod_revision,
+    );
+    debug_assert_eq!(
+        append.size,
+        writer.encoded_size(&calls.iter().flat_map(|c| &c.payloads).collect::<Vec<_>>())
+    );
+    append
+}
+
+/// What the store's batcher is made of.
+pub(crate) struct BatcherParts {
+    pub(crate) connection: Connection,
+    pub(crate) policy: WritePolicy,
+    pub(crate) limits: JournalLimits,
+    pub(crate) metrics: Metrics,
+    pub(crate) stop: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+    /// The store's span, parent of each transaction's.
+    pub(crate) span: tracing::Span,
+    /// The protocol as written, unless a test turned a broken variant on.
+    #[cfg(feature = "testing")]
+    pub(crate) mutant: Mutant,
+}
+
+/// The store's append queue and the transactions it sends (see the module docs).
+pub(crate) struct Batcher {
+    /// The ready journals, in the order they became ready.
+    ready: Mutex<VecDeque<Arc<Writer>>>,
+    slots: Arc<Semaphore>,
+    pub(super) connection: Connection,
+    pub(super) policy: WritePolicy,
+    limits: JournalLimits,
+    pub(super) metrics: Metrics,
+    pub(super) stop: CancellationToken,
+    tasks: TaskTracker,
+    span: tracing::Span,
+    #[cfg(feature = "testing")]
+    mutant: Mutant,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("free_slots", &self.slots.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    pub(crate) fn new(parts: BatcherParts) -> Arc<Self> {
+        Arc::new(Self {
+            ready: Mutex::new(VecDeque::new()),
+            slots: Arc::new(Semaphore::new(parts.limits.in_flight)),
+            connection: parts.connection,
+            policy: parts.policy,
+            limits: parts.limits,
+            metrics: parts.metrics,
+            stop: parts.stop,
+            tasks: parts.tasks,
+            span: parts.span,
+            #[cfg(feature = "testing")]
+            mutant: parts.mutant,
+        })
+    }
+
+    /// Queues an append of `payloads` (which fit one append alone) to `writer`'s journal, and
+    /// waits for its answer.
+    ///
+    /// Cancel safety: dropping this future withdraws the call unless a transaction took it
+    /// already; one that did commits or not with its transaction, and the journal learns
+    /// which.
+    pub(crate) async fn append(
+        self: &Arc<Self>,
+        writer: &Arc<Writer>,
+        payloads: Vec<Vec<u8>>,
+    ) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        if let Err(refused) = self.join(writer, Call { payloads, reply }) {
+            return Answer::refused(refused);
+        }
+        self.pump();
+        // The answer's sender goes only with its transaction's task, unsettled: see
+        // `Writer::abandon`.
+        answer
+            .await
+            .unwrap_or_else(|_| Answer::refused(JournalWriteError::Indeterminate))
+    }
+
+    /// Adds `call` to its journal's waiting calls, listing the journal as ready if it is not
+    /// and has nothing in flight; or refuses it at once.
+    fn join(&self, writer: &Arc<Writer>, call: Call) -> Result<(), JournalWriteError> {
+        {
+            // The common case under load: the journal is in flight or listed already.
+            let mut state = writer.state();
+            if let Some(refused) = writer.refusal(state.condition) {
+                return Err(refused);
+            }
+            if state.in_flight || state.listed {
+                state.waiting.push_back(call);
+                return Ok(());
+            }
+        }
+        let mut ready = lock(&self.ready);
+        let mut state = writer.state();
+        if let Some(refused) = writer.refusal(state.condition) {
+            return Err(refused);
+        }
+        state.waiting.push_back(call);
+        if !state.in_flight && !state.listed {
+            state.listed = true;
+            ready.push_back(writer.clone());
+        }
+        Ok(())
+    }
+
+    /// Sends transactions while a slot is free and a journal is ready.
+    fn pump(self: &Arc<Self>) {
+        while let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            let members = self.take();
+            if members.is_empty() {
+                return;
+            }
+            let span =
+                tracing::debug_span!(parent: &self.span, "append txn", journals = members.len());
+            let batcher = self.clone();
+            self.tasks.spawn(
+                async move {
+                    batcher.send(members).await;
+                    drop(slot);
+                    batcher.pump();
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Takes the next transaction's journals off the ready list (see the module docs), each
+    /// with its calls, in flight from now on; answers the calls of journals that refuse.
+    fn take(&self) -> Vec<Member> {
+        let (max_ops, max_bytes) = (self.limits.max_txn_ops, self.limits.max_bytes());
+        let mut taken = Vec::new();
+        let mut sessions = HashSet::new();
+        let (mut compares, mut puts, mut bytes) = (0, 0, 0);
+        let mut ready = lock(&self.ready);
+        let mut i = 0;
+        while let Some(writer) = ready.get(i).cloned() {
+            let mut state = writer.state();
+            let refused = writer.refusal(state.condition);
+            let (calls, records, size) = writer.coalesce(&mut state, &self.limits);
+            let first_seq = state.next_seq;
+            // The last record and the next append's first must fit in a u64.
+            let exhausted = first_seq
+                .checked_add(records as u64)
+                .is_none()
+                .then_some(JournalWriteError::SequenceExhausted { seq: first_seq });
+            if let Some(refused) = refused.or(exhausted).filter(|_| calls > 0) {
+                for call in state.waiting.drain(..) {
+                    let _ = call.reply.send(Answer::refused(refused.clone()));
+                }
+            }
+            if state.waiting.is_empty() {
+                state.listed = false;
+                drop(state);
+                ready.remove(i);
+                continue;
+            }
+            if sessions.contains(&writer.ownership.session_id()) {
+                // The same session's other journal: a later transaction.
+                i += 1;
+                continue;
+            }
+            let fits = taken.is_empty()
+                || (compares + APPEND_COMPARES <= max_ops
+                    && puts + (records + 1) <= max_ops
+                    // The `else` branch gets two keys per member, the resolving read three.
+                    && RESOLVE_GETS.max(ELSE_GETS) * (taken.len() + 1) <= max_ops
+                    && bytes + size <= max_bytes);
+            if !fits {
+                break;
+            }
+            sessions.insert(writer.ownership.session_id());
+            (compares, puts, bytes) =
+                (compares + APPEND_COMPARES, puts + records + 1, bytes + size);
+            let calls: Vec<Call> = state.waiting.drain(..calls).collect();
+            (state.listed, state.in_flight) = (false, true);
+            let tip_mod_revision = state.tip_mod_revision;
+            drop(state);
+            ready.remove(i);
+            taken.push((writer, calls, first_seq, tip_mod_revision));
+        }
+        drop(ready);
+        taken
+            .into_iter()
+            .map(|(writer, calls, first_seq, tip)| Member::new(writer, calls, first_seq, tip))
+            .collect()
+    }
+
+    /// Sends the transaction of `members` and tells each journal and call what it came to.
+    async fn send(&self, mut members: Vec<Member>) {
+        for member in &members {
+            self.metrics.batch(member.records);
+        }
+        let sent = self.sent(&mut members).await;
+        for (member, sent) in members.into_iter().zip(sent) {
+            self.finish(member, sent);
+        }
+    }
+
+    /// What the transaction of `members` came to, member by member: as the protocol says, or
+    /// as a test-only mutant breaks it.
+    async fn sent(&self, members: &mut [Member]) -> Vec<Sent> {
+        #[cfg(feature = "testing")]
+        if self.mutant != Mutant::None {
+            return self.mutant.send(self, members).await;
+        }
+        self.commit(members).await
+    }
+
+    /// Records what `member`'s append came to in its journal, answers each of its calls (its
+    /// own sequence numbers, or the outcome as its own error), and lists the journal again if
+    /// calls wait.
+    fn finish(&self, mut member: Member, sent: Sent) {
+        let by_read = sent.by_read();
+        let writer = member.writer.clone();
+        let mut ready = lock(&self.ready);
+        let mut state = writer.state();
+        let last_seq = member.first_seq.saturating_add(member.records as u64 - 1);
+        let result = writer.settle(&mut state, (member.first_seq, last_seq), sent);
+        (member.settled, state.in_flight) = (true, false);
+        let mut first_seq = member.first_seq;
+        for call in member.calls.drain(..) {
+            let result = result.clone().map(|appended| {
+                // Inside the appended range: these never saturate.
+                let last_seq = first_seq.saturating_add(call.payloads.len() as u64 - 1);
+                let own = Appended {
+                    first_seq,
+                    last_seq,
+                    ..appended
+                };
+                first_seq = last_seq.saturating_add(1);
+                own
+            });
+            // A caller that went away meanwhile no longer needs its answer.
+            let _ = call.reply.send(Answer { result, by_read });
+        }
+        if !state.waiting.is_empty() && !state.listed {
+            state.listed = true;
+            ready.push_back(writer.clone());
+        }
+        drop(state);
+        drop(ready);
+        writer.idle.notify_waiters();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .expect("the queue's locks are never held across a panic")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::journal::cas::tests::unknown;
+    use crate::lease::{Epoch, LeaseState, LossReason, NodeLease};
+
+    async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
+        Batcher::new(BatcherParts {
+            connection: Connection::unconnected("http://127.0.0.1:1").await,
+            policy: WritePolicy::default(),
+            limits,
+            metrics: Metrics::new("n", &Namespace::default()),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            span: tracing::Span::none(),
+            #[cfg(feature = "testing")]
+            mutant: Mutant::None,
+        })
+    }
+
+    /// Session `session`'s lease state and a journal writer under it, next at seq 1.
+    fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
+        let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
+        let key = format!("ns/owners/{session}");
+        let state = LeaseState::new(Uuid::from_u128(session), Epoch(40), key, Uuid::nil(), node);
+        let ownership = Ownership::new(state.clone());
+        (state, Writer::new(ownership, Namespace::default(), 1, 5))
+    }
+
+    /// Queues a call of `records` records on `writer`; its answer comes on the receiver.
+    fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Receiver<Answer> {
+        let (reply, answer) = oneshot::channel();
+        let payloads = vec![b"event".to_vec(); records];
+        batcher.join(writer, Call { payloads, reply }).unwrap();
+        answer
+    }
+
+    fn sessions(members: &[Member]) -> Vec<u128> {
+        members
+            .iter()
+            .map(|m| m.ownership().session_id().as_u128())
+            .collect()
+    }
+
+    fn committed(revision: i64) -> Sent {
+        Sent::Committed {
+            revision,
+            by_read: false,
+        }
+    }
+
+    fn settle(batcher: &Batcher, members: Vec<Member>, sent: impl Fn() -> Sent) {
+        for member in members {
+            batcher.finish(member, sent());
+        }
+    }
+
+    #[tokio::test]
+    async fn ready_journals_go_in_order_one_per_session_within_etcd_limits() {
+        // Room for 3 members' compares (3 each) in 10 operations per branch.
+        let batcher = batcher(JournalLimits::default().with_max_txn_ops(10)).await;
+        let (_s1, w1) = writer(1);
+        let (_s2, w2) = writer(2);
+        let (_s1b, w1b) = writer(1); // a stale journal of session 1 and its successor
+        let (_s3, w3) = writer(3);
+        let (_s4, w4) = writer(4);
+        let answers: Vec<_> = [&w1, &w2, &w1b, &w3, &w4]
+            .into_iter()
+            .map(|w| call(&batcher, w, 1))
+            .collect();
+        let first = batcher.take();
+        assert_eq!(sessions(&first), [1, 2, 3]);
+        // The journals in flight are not taken again; the rest go first next time.
+        let second = batcher.take();
+        assert_eq!(sessions(&second), [1, 4]);
+        assert!(batcher.take().is_empty());
+        settle(&batcher, first, || committed(60));
+        settle(&batcher, second, || committed(61));
+        for answer in answers {
+            assert!(answer.await.unwrap().result.is_ok());
+        }
+    }
+
+    #[tokio::test]
+    async fn one_journals_calls_share_one_append_within_its_limits_each_with_its_own_range() {
+        // At most 4 records per append.
+        let batcher = batcher(JournalLimits::default().with_max_txn_ops(5)).await;
+        let (_state, w) = writer(1);
+        let answers: Vec<_> = [2, 1, 2, 1].map(|n| call(&batcher, &w, n)).into();
+        let members = batcher.take();
+        assert_eq!(members.len(), 1);
+        assert_eq!(members[0].records, 3, "the third call would make 5 records");
+        assert!(w.state().in_flight);
+        // While it is in flight, nothing more of this journal is taken.
+        assert!(batcher.take().is_empty());
+        settle(&batcher, members, || Sent::Committed {
+            revision: 70,
+            by_read: true,
+        });
+        // The rest is listed again, after the committed tip.
+        let members = batcher.take();
+        assert_eq!(members[0].records, 3);
+        assert_eq!(members[0].first_seq, 4);
+        let tip = |w: &Writer| {
+            let state = w.state();
+            (state.next_seq, state.tip_mod_revision)
+        };
+        assert_eq!(tip(&w), (4, 70));
+        settle(&batcher, members, || committed(71));
+        let mut ranges = Vec::new();
+        for answer in answers {
+            let answer = answer.await.unwrap();
+            let appended = answer.result.unwrap();
+            ranges.push((appended.first_seq, appended.last_seq, answer.by_read));
+        }
+        assert_eq!(
+            ranges,
+            [(1, 2, true), (3, 3, true), (4, 5, false), (6, 6, false)]
+        );
+        assert_eq!(w.state().next_seq, 7);
+    }
+
+    #[tokio::test]
+    async fn a_fenced_or_unknown_append_breaks_the_journal_and_refuses_the_calls_after_it() {
+        let batcher = batcher(JournalLimits::default()).await;
+        for (sent, expect) in [
+            (Sent::Fenced { by_read: false }, "Fenced"),
+            (Sent::Unknown(unknown()), "OutcomeUnknown"),
+        ] {
+            let (_state, w) = writer(1);
+            let first = call(&batcher, &w, 1);
+            let members = batcher.take();
+            let waiting = call(&batcher, &w, 1);
+            batcher.finish(members.into_iter().next().unwrap(), sent);
+            assert!(w.is_broken());
+            let told = format!("{:?}", first.await.unwrap().result);
+            assert!(told.starts_with(&format!("Err({expect}")), "{told}");
+            // The call that waited is refused when its turn comes, without being sent.
+            assert!(batcher.take().is_empty());
+            let refused = waiting.await.unwrap().result;
+            assert!(matches!(
+                refused,
+                Err(JournalWriteError::Fenced(_) | JournalWriteError::Indeterminate)
+            ));
+            // And a later call at once.
+            let (reply, _answer) = oneshot::channel();
+            let later = Call {
+                payloads: vec![b"e".to_vec()],
+                reply,
+            };
+            assert!(batcher.join(&w, later).is_err());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_caller_went_away_before_a_transaction_took_it_is_never_sent() {
+        let batcher = batcher(JournalLimits::default()).await;
+        let (_state, w) = writer(1);
+        drop(call(&batcher, &w, 1));
+        let kept = call(&batcher, &w, 2);
+        let members = batcher.take();
+        assert_eq!(members[0].records, 2);
+        settle(&batcher, members, || committed(60));
+        let appended = kept.await.unwrap().result.unwrap();
+        assert_eq!((appended.first_seq, appended.last_seq), (1, 2));
+
+        // Withdrawn alone: the journal leaves the ready list, nothing is sent.
+        let (_state, w) = writer(2);
+        drop(call(&batcher, &w, 1));
+        assert!(batcher.take().is_empty());
+        assert!(!w.state().listed);
+    }
+
+    #[tokio::test]
+    async fn a_lost_lease_refuses_the_waiting_calls_without_sending_and_breaks_the_journal() {
+        let batcher = batcher(JournalLimits::default()).await;
+        let (state, w) = writer(1);
+        let waiting = call(&batcher, &w, 1);
+        state.lose(LossReason::Overtaken);
+        assert!(batcher.take().is_empty());
+        assert!(matches!(
+            waiting.await.unwrap().result,
+            Err(JournalWriteError::LeaseLost(_))
+        ));
+        assert!(w.is_broken());
+        let (reply, _answer) = oneshot::channel();
+        let later = Call {
+            payloads: vec![b"e".to_vec()],
+            reply,
+        };
+        assert!(matches!(
+            batcher.join(&w, later),
+            Err(JournalWriteError::LeaseLost(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn close_waits_for_the_append_in_flight_then_refuses() {
+        let batcher = batcher(JournalLimits::default()).await;
+        let (_state, w) = writer(1);
+        let first = call(&batcher, &w, 1);
+        let members = batcher.take();
+        let closing = tokio::spawn({
+            let w = w.clone();
+            async move { w.close().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!closing.is_finished(), "an append is in flight");
+        settle(&batcher, members, || committed(60));
+        closing.await.unwrap();
+        assert!(first.await.unwrap().result.is_ok());
+        let (reply, _answer) = oneshot::channel();
+        let later = Call {
+            payloads: vec![b"e".to_vec()],
+            reply,
+        };
+        assert!(matches!(
+            batcher.join(&w, later),
+            Err(JournalWriteError::Closed)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_transaction_dropped_unsettled_leaves_its_journals_indeterminate() {
+        let batcher = batcher(JournalLimits::default()).await;
+        let (_state, w) = writer(1);
+        let first = call(&batcher, &w, 1);
+        let members = batcher.take();
+        let waiting = call(&batcher, &w, 1);
+        drop(members);
+        assert!(w.is_broken());
+        assert!(!w.state().in_flight);
+        assert!(first.await.is_err(), "its caller hears Indeterminate");
+        assert!(matches!(
+            waiting.await.unwrap().result,
+            Err(JournalWriteError::Indeterminate)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_journal_at_the_end_of_its_sequence_numbers_refuses_without_sending() {
+        let batcher = batcher(JournalLimits::default()).await;
+        let (_state, w) = writer(1);
+        w.state().next_seq = u64::MAX - 1;
+        let answer = call(&batcher, &w, 2);
+        assert!(batcher.take().is_empty());
+        assert!(matches!(
+            answer.await.unwrap().result,
+            Err(JournalWriteError::SequenceExhausted { .. })
+        ));
+    }
+}
