@@ -38,7 +38,7 @@ command -v cargo-mutants >/dev/null || {
   cargo install --locked cargo-mutants
 }
 
-files=(src/journal/{cas,fence,queue,record}.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
+files=(src/journal/{cas,fence,record}.rs src/journal/queue/mod.rs src/store/{acquire,cleanup,registry,owner_watch}.rs
   src/lease/{ownership,validity}.rs src/etcd/write.rs)
 # The code under test, as regexes over the names `cargo mutants --list` prints.
 targets=(
@@ -46,7 +46,7 @@ targets=(
   'src/journal/cas\.rs'
   'src/journal/fence\.rs'
   # the store's append queue: which calls go into which transaction, what each is told
-  'src/journal/queue\.rs:.*(take|finish|settle|refusal|coalesce|join)'
+  'src/journal/queue/mod\.rs:.*(take|finish|settle|refusal|coalesce|join)'
   # acquire: its transaction, its settling, and handing out
   'src/store/acquire\.rs'
   # guarded deletes (release, orphans, GC)

@@ -1,0 +1,256 @@
+//! The append queue's unit tests: how transactions are formed and what each call is told,
+//! with no etcd (nothing is sent).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::journal::cas::tests::unknown;
+use crate::lease::{Epoch, LeaseState, LossReason, NodeLease};
+
+async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
+    Batcher::new(BatcherParts {
+        connection: Connection::unconnected("http://127.0.0.1:1").await,
+        policy: WritePolicy::default(),
+        limits,
+        metrics: Metrics::new("n", &Namespace::default()),
+        stop: CancellationToken::new(),
+        tasks: TaskTracker::new(),
+        span: tracing::Span::none(),
+        #[cfg(feature = "testing")]
+        mutant: Mutant::None,
+    })
+}
+
+/// Session `session`'s lease state and a journal writer under it, next at seq 1.
+fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
+    let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
+    let key = format!("ns/owners/{session}");
+    let state = LeaseState::new(Uuid::from_u128(session), Epoch(40), key, Uuid::nil(), node);
+    let ownership = Ownership::new(state.clone());
+    (state, Writer::new(ownership, Namespace::default(), 1, 5))
+}
+
+/// Queues a call of `records` records on `writer`; its answer comes on the receiver.
+fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Receiver<Answer> {
+    let (reply, answer) = oneshot::channel();
+    let payloads = vec![b"event".to_vec(); records];
+    batcher.join(writer, Call { payloads, reply }).unwrap();
+    answer
+}
+
+fn sessions(members: &[Member]) -> Vec<u128> {
+    members
+        .iter()
+        .map(|m| m.ownership().session_id().as_u128())
+        .collect()
+}
+
+fn committed(revision: i64) -> Sent {
+    Sent::Committed {
+        revision,
+        by_read: false,
+    }
+}
+
+fn settle(batcher: &Batcher, members: Vec<Member>, sent: impl Fn() -> Sent) {
+    for member in members {
+        batcher.finish(member, sent());
+    }
+}
+
+#[tokio::test]
+async fn ready_journals_go_in_order_one_per_session_within_etcd_limits() {
+    // Room for 3 members' compares (3 each) in 10 operations per branch.
+    let batcher = batcher(JournalLimits::default().with_max_txn_ops(10)).await;
+    let (_s1, w1) = writer(1);
+    let (_s2, w2) = writer(2);
+    let (_s1b, w1b) = writer(1); // a stale journal of session 1 and its successor
+    let (_s3, w3) = writer(3);
+    let (_s4, w4) = writer(4);
+    let answers: Vec<_> = [&w1, &w2, &w1b, &w3, &w4]
+        .into_iter()
+        .map(|w| call(&batcher, w, 1))
+        .collect();
+    let first = batcher.take();
+    assert_eq!(sessions(&first), [1, 2, 3]);
+    // The journals in flight are not taken again; the rest go first next time.
+    let second = batcher.take();
+    assert_eq!(sessions(&second), [1, 4]);
+    assert!(batcher.take().is_empty());
+    settle(&batcher, first, || committed(60));
+    settle(&batcher, second, || committed(61));
+    for answer in answers {
+        assert!(answer.await.unwrap().result.is_ok());
+    }
+}
+
+#[tokio::test]
+async fn one_journals_calls_share_one_append_within_its_limits_each_with_its_own_range() {
+    // At most 4 records per append.
+    let batcher = batcher(JournalLimits::default().with_max_txn_ops(5)).await;
+    let (_state, w) = writer(1);
+    let answers: Vec<_> = [2, 1, 2, 1].map(|n| call(&batcher, &w, n)).into();
+    let members = batcher.take();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].records, 3, "the third call would make 5 records");
+    assert!(w.state().in_flight);
+    // While it is in flight, nothing more of this journal is taken.
+    assert!(batcher.take().is_empty());
+    settle(&batcher, members, || Sent::Committed {
+        revision: 70,
+        by_read: true,
+    });
+    // The rest is listed again, after the committed tip.
+    let members = batcher.take();
+    assert_eq!(members[0].records, 3);
+    assert_eq!(members[0].first_seq, 4);
+    let tip = |w: &Writer| {
+        let state = w.state();
+        (state.next_seq, state.tip_mod_revision)
+    };
+    assert_eq!(tip(&w), (4, 70));
+    settle(&batcher, members, || committed(71));
+    let mut ranges = Vec::new();
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        let appended = answer.result.unwrap();
+        ranges.push((appended.first_seq, appended.last_seq, answer.by_read));
+    }
+    assert_eq!(
+        ranges,
+        [(1, 2, true), (3, 3, true), (4, 5, false), (6, 6, false)]
+    );
+    assert_eq!(w.state().next_seq, 7);
+}
+
+#[tokio::test]
+async fn a_fenced_or_unknown_append_breaks_the_journal_and_refuses_the_calls_after_it() {
+    let batcher = batcher(JournalLimits::default()).await;
+    for (sent, expect) in [
+        (Sent::Fenced { by_read: false }, "Fenced"),
+        (Sent::Unknown(unknown()), "OutcomeUnknown"),
+    ] {
+        let (_state, w) = writer(1);
+        let first = call(&batcher, &w, 1);
+        let members = batcher.take();
+        let waiting = call(&batcher, &w, 1);
+        batcher.finish(members.into_iter().next().unwrap(), sent);
+        assert!(w.is_broken());
+        let told = format!("{:?}", first.await.unwrap().result);
+        assert!(told.starts_with(&format!("Err({expect}")), "{told}");
+        // The call that waited is refused when its turn comes, without being sent.
+        assert!(batcher.take().is_empty());
+        let refused = waiting.await.unwrap().result;
+        assert!(matches!(
+            refused,
+            Err(JournalWriteError::Fenced(_) | JournalWriteError::Indeterminate)
+        ));
+        // And a later call at once.
+        let (reply, _answer) = oneshot::channel();
+        let later = Call {
+            payloads: vec![b"e".to_vec()],
+            reply,
+        };
+        assert!(batcher.join(&w, later).is_err());
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_caller_went_away_before_a_transaction_took_it_is_never_sent() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    drop(call(&batcher, &w, 1));
+    let kept = call(&batcher, &w, 2);
+    let members = batcher.take();
+    assert_eq!(members[0].records, 2);
+    settle(&batcher, members, || committed(60));
+    let appended = kept.await.unwrap().result.unwrap();
+    assert_eq!((appended.first_seq, appended.last_seq), (1, 2));
+
+    // Withdrawn alone: the journal leaves the ready list, nothing is sent.
+    let (_state, w) = writer(2);
+    drop(call(&batcher, &w, 1));
+    assert!(batcher.take().is_empty());
+    assert!(!w.state().listed);
+}
+
+#[tokio::test]
+async fn a_lost_lease_refuses_the_waiting_calls_without_sending_and_breaks_the_journal() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (state, w) = writer(1);
+    let waiting = call(&batcher, &w, 1);
+    state.lose(LossReason::Overtaken);
+    assert!(batcher.take().is_empty());
+    assert!(matches!(
+        waiting.await.unwrap().result,
+        Err(JournalWriteError::LeaseLost(_))
+    ));
+    assert!(w.is_broken());
+    let (reply, _answer) = oneshot::channel();
+    let later = Call {
+        payloads: vec![b"e".to_vec()],
+        reply,
+    };
+    assert!(matches!(
+        batcher.join(&w, later),
+        Err(JournalWriteError::LeaseLost(_))
+    ));
+}
+
+#[tokio::test]
+async fn close_waits_for_the_append_in_flight_then_refuses() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    let first = call(&batcher, &w, 1);
+    let members = batcher.take();
+    let closing = tokio::spawn({
+        let w = w.clone();
+        async move { w.close().await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!closing.is_finished(), "an append is in flight");
+    settle(&batcher, members, || committed(60));
+    closing.await.unwrap();
+    assert!(first.await.unwrap().result.is_ok());
+    let (reply, _answer) = oneshot::channel();
+    let later = Call {
+        payloads: vec![b"e".to_vec()],
+        reply,
+    };
+    assert!(matches!(
+        batcher.join(&w, later),
+        Err(JournalWriteError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn a_transaction_dropped_unsettled_leaves_its_journals_indeterminate() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    let first = call(&batcher, &w, 1);
+    let members = batcher.take();
+    let waiting = call(&batcher, &w, 1);
+    drop(members);
+    assert!(w.is_broken());
+    assert!(!w.state().in_flight);
+    assert!(first.await.is_err(), "its caller hears Indeterminate");
+    assert!(matches!(
+        waiting.await.unwrap().result,
+        Err(JournalWriteError::Indeterminate)
+    ));
+}
+
+#[tokio::test]
+async fn a_journal_at_the_end_of_its_sequence_numbers_refuses_without_sending() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    w.state().next_seq = u64::MAX - 1;
+    let answer = call(&batcher, &w, 2);
+    assert!(batcher.take().is_empty());
+    assert!(matches!(
+        answer.await.unwrap().result,
+        Err(JournalWriteError::SequenceExhausted { .. })
+    ));
+}
