@@ -280,7 +280,7 @@ impl Journal {
         payloads: &[P],
     ) -> Result<Appended, JournalWriteError> {
         // What can be refused from the call alone; the journal's condition and the lease are
-        // checked when the transaction is formed.
+        // checked when the call joins the queue, and again when its transaction is formed.
         if payloads.is_empty() {
             return Err(JournalWriteError::Empty);
         }
