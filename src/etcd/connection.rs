@@ -247,21 +247,7 @@ impl Connection {
         let client = Client::connect([endpoint], None)
             .await
             .expect("etcd-client dials lazily");
-        Self {
-            members: vec![Member {
-                endpoint: endpoint.to_owned(),
-                client: std::sync::Mutex::new(Unary::new(client.clone())),
-                streams: client,
-                stream_token: StreamToken::default(),
-            }]
-            .into(),
-            preferred: Arc::new(AtomicUsize::new(0)),
-            retry: RetryPolicy::default(),
-            client_options: None,
-            credentials: None,
-            answered: None,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        }
+        Self::through(endpoint.to_owned(), client, RetryPolicy::default())
     }
 
     /// A connection through `client`, an `etcd_client::Client` you built yourself (your own
@@ -278,9 +264,16 @@ impl Connection {
     /// `with_timeout` bounds its requests too (the shorter wins); it is not needed.
     pub async fn from_client(client: Client, retry: RetryPolicy) -> Result<Self, ConnectError> {
         let endpoint = "your etcd client".to_owned();
-        let connection = Self {
+        Self::through(endpoint.clone(), client, retry)
+            .answering(endpoint, None, Duration::from_secs(3))
+            .await
+    }
+
+    /// A connection through `client` alone, named `endpoint`, not yet checked.
+    fn through(endpoint: String, client: Client, retry: RetryPolicy) -> Self {
+        Self {
             members: vec![Member {
-                endpoint: endpoint.clone(),
+                endpoint,
                 client: std::sync::Mutex::new(Unary::new(client.clone())),
                 streams: client,
                 stream_token: StreamToken::default(),
@@ -292,10 +285,7 @@ impl Connection {
             credentials: None,
             answered: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        };
-        connection
-            .answering(endpoint, None, Duration::from_secs(3))
-            .await
+        }
     }
 
     /// Sets how long one attempt of a request may take before it fails as outcome unknown

@@ -40,6 +40,13 @@ fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Rec
     answer
 }
 
+/// Whether a call of one record to `writer` would join its queue now, or why not.
+fn join_now(batcher: &Batcher, writer: &Arc<Writer>) -> Result<(), JournalWriteError> {
+    let (reply, _answer) = oneshot::channel();
+    let payloads = vec![b"e".to_vec()];
+    batcher.join(writer, Call { payloads, reply })
+}
+
 fn sessions(members: &[Member]) -> Vec<u128> {
     members
         .iter()
@@ -148,12 +155,7 @@ async fn a_fenced_or_unknown_append_breaks_the_journal_and_refuses_the_calls_aft
             Err(JournalWriteError::Fenced(_) | JournalWriteError::Indeterminate)
         ));
         // And a later call at once.
-        let (reply, _answer) = oneshot::channel();
-        let later = Call {
-            payloads: vec![b"e".to_vec()],
-            reply,
-        };
-        assert!(batcher.join(&w, later).is_err());
+        assert!(join_now(&batcher, &w).is_err());
     }
 }
 
@@ -188,13 +190,8 @@ async fn a_lost_lease_refuses_the_waiting_calls_without_sending_and_breaks_the_j
         Err(JournalWriteError::LeaseLost(_))
     ));
     assert!(w.is_broken());
-    let (reply, _answer) = oneshot::channel();
-    let later = Call {
-        payloads: vec![b"e".to_vec()],
-        reply,
-    };
     assert!(matches!(
-        batcher.join(&w, later),
+        join_now(&batcher, &w),
         Err(JournalWriteError::LeaseLost(_))
     ));
 }
@@ -214,13 +211,8 @@ async fn close_waits_for_the_append_in_flight_then_refuses() {
     settle(&batcher, members, || committed(60));
     closing.await.unwrap();
     assert!(first.await.unwrap().result.is_ok());
-    let (reply, _answer) = oneshot::channel();
-    let later = Call {
-        payloads: vec![b"e".to_vec()],
-        reply,
-    };
     assert!(matches!(
-        batcher.join(&w, later),
+        join_now(&batcher, &w),
         Err(JournalWriteError::Closed)
     ));
 }
