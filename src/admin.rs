@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::backoff::Backoff;
 use crate::etcd::write::{self, WritePolicy, Written};
 use crate::etcd::{Connection, EtcdError};
 use crate::journal::{
@@ -543,7 +544,8 @@ async fn follow(
     sender: mpsc::Sender<Result<Record, ReplayError>>,
     stop: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    // Deterministic, 100 ms doubling up to 2 s; reset by every response of a watch.
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let options = WatchOptions::new()
             .with_prefix()
@@ -579,7 +581,7 @@ async fn follow(
                 if response.canceled() {
                     break;
                 }
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 for event in response.events() {
                     let Some(kv) = event.kv() else { continue };
                     revision = revision.max(kv.mod_revision());
@@ -607,10 +609,9 @@ async fn follow(
         tracing::debug!(endpoint, "the journal watch stopped; resuming");
         connection.rotate();
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next()) => {}
             _ = stop.cancelled() => return,
         }
-        backoff = crate::deadline::doubled(backoff, Duration::from_secs(2));
     }
 }
 

@@ -1,5 +1,5 @@
-//! Deadlines and backoffs that saturate: any `Duration` a caller gives, `Duration::MAX`
-//! included, makes a deadline, never an overflow.
+//! Deadlines that saturate: any `Duration` a caller gives, `Duration::MAX` included, makes a
+//! deadline, never an overflow. (The pauses between retries are `backoff.rs`'s.)
 //!
 //! `Duration::MAX` is the way to say "wait forever", so a timeout too long to add to the clock
 //! is a deadline about 30 years away (as tokio's own `sleep` and `timeout` do): never reached
@@ -18,11 +18,6 @@ pub(crate) const FOREVER: Duration = Duration::from_secs(86_400 * 365 * 30);
 pub(crate) fn deadline(now: Instant, timeout: Duration) -> Instant {
     // A clock within 30 years of its end does not exist; `now` keeps this total.
     now.checked_add(timeout.min(FOREVER)).unwrap_or(now)
-}
-
-/// The pause after `backoff`: doubled, at most `max`.
-pub(crate) fn doubled(backoff: Duration, max: Duration) -> Duration {
-    backoff.saturating_mul(2).min(max)
 }
 
 /// Any duration a caller may give, the extremes included: for property tests of what takes
@@ -55,17 +50,6 @@ mod tests {
             proptest::prop_assert!(at >= now);
             let _ = at.saturating_duration_since(Instant::now());
             proptest::prop_assert!(at.checked_add(FOREVER).is_some());
-        }
-
-        /// Doubling any backoff saturates, and never passes the maximum.
-        #[test]
-        fn any_backoff_doubles_without_overflow(
-            backoff in any_duration(),
-            max in any_duration(),
-        ) {
-            let next = doubled(backoff, max);
-            proptest::prop_assert!(next <= max);
-            proptest::prop_assert!(next >= backoff.min(max));
         }
     }
 

@@ -41,7 +41,8 @@
 //! import each other round a loop (`tests/layers.rs` checks both from the imports; see
 //! ARCHITECTURE.md):
 //!
-//! 1. [`keys`] (the key layout), `fault` (the fault proxy), and the clock helpers.
+//! 1. [`keys`] (the key layout), `fault` (the fault proxy), the clock helpers, and the one
+//!    backoff every retry loop pauses by.
 //! 2. `etcd`: etcd as leasehold talks to it ([`Connection`], the one write path, [`EtcdError`]);
 //!    it knows nothing of sessions.
 //! 3. [`metrics`]: what is recorded, under labels the layers above give it.
@@ -87,6 +88,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
+mod backoff;
 mod clock;
 mod deadline;
 mod etcd;

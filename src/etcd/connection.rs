@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use super::connect::{ConnectError, MemberStatus, closed_without_a_reason, tls_probe, warn_if_old};
 use super::error::{EtcdError, FailureClass};
 use super::options::{ConnectOptions, Credentials, RetryPolicy, TlsOptions};
-use crate::deadline::{deadline, doubled};
+use crate::backoff::Backoff;
+use crate::deadline::deadline;
 use crate::keys::prefix_end;
 
 struct Member {
@@ -624,7 +625,9 @@ impl Connection {
     {
         let n = self.members.len();
         let deadline = deadline(Instant::now(), self.retry.deadline);
-        let mut backoff = self.retry.initial_backoff;
+        // A pause after each full round of endpoints: deterministic, doubling up to the
+        // policy's longest.
+        let mut backoff = Backoff::new(self.retry.initial_backoff, self.retry.max_backoff);
         let first = self.preferred.load(Ordering::Relaxed);
         let mut attempt = 0usize;
         loop {
@@ -654,7 +657,7 @@ impl Connection {
                 Err(error) => {
                     attempt += 1;
                     let pause = if attempt.is_multiple_of(n) {
-                        backoff
+                        backoff.next()
                     } else {
                         Duration::ZERO
                     };
@@ -670,7 +673,6 @@ impl Connection {
                     );
                     if !pause.is_zero() {
                         tokio::time::sleep(pause).await;
-                        backoff = doubled(backoff, self.retry.max_backoff);
                     }
                 }
             }
@@ -710,16 +712,17 @@ mod tests {
             let _ = format!("{options:?}");
             let now = Instant::now();
             let until = crate::deadline::deadline(now, options.retry.deadline);
-            let mut backoff = options.retry.initial_backoff;
+            let mut backoff =
+                Backoff::new(options.retry.initial_backoff, options.retry.max_backoff);
             for _ in 0..80 {
-                let fits = pause_fits(backoff, now, until);
-                proptest::prop_assert_eq!(fits, until - now > backoff);
-                if retry.deadline == Duration::MAX && backoff < FOREVER {
+                let pause = backoff.next();
+                let fits = pause_fits(pause, now, until);
+                proptest::prop_assert_eq!(fits, until - now > pause);
+                if retry.deadline == Duration::MAX && pause < FOREVER {
                     proptest::prop_assert!(fits, "wait forever retries");
                 }
-                backoff = doubled(backoff, options.retry.max_backoff);
+                proptest::prop_assert!(pause <= max.max(initial));
             }
-            proptest::prop_assert!(backoff <= max.max(initial));
         }
     }
 

@@ -13,7 +13,7 @@ pub struct RetryPolicy {
     pub deadline: Duration,
     /// The pause after the first full round of endpoints has failed; doubled after each round.
     pub initial_backoff: Duration,
-    /// The longest pause between rounds.
+    /// The longest pause between rounds (taken as `initial_backoff` when shorter).
     pub max_backoff: Duration,
 }
 

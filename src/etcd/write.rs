@@ -32,12 +32,12 @@
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBuilder};
 use etcd_client::{Txn, TxnResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
 use super::error::{EtcdError, FailureClass};
+use crate::backoff::Backoff;
 
 /// How writes are sent and re-sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +51,8 @@ pub struct WritePolicy {
     /// The pause after the first failed attempt; it doubles (with jitter) after each. Default
     /// 20 ms.
     pub initial_backoff: Duration,
-    /// The longest pause between attempts. Default 100 ms.
+    /// The longest pause between attempts before jitter (taken as `initial_backoff` when
+    /// shorter). Default 100 ms.
     pub max_backoff: Duration,
     /// No re-send starts once this much time has passed since the first attempt, however
     /// long the caller's condition (a valid lease) holds: an outcome still unknown is then
@@ -98,13 +99,10 @@ impl WritePolicy {
         self
     }
 
-    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
-        ExponentialBuilder::default()
-            .with_min_delay(self.initial_backoff)
-            .with_max_delay(self.max_backoff.max(self.initial_backoff))
-            .with_jitter()
-            .without_max_times()
-            .build()
+    /// The pauses between one write's attempts: jittered, from `initial_backoff` doubling up
+    /// to `max_backoff` (at least `initial_backoff`), fresh for each write.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.initial_backoff, self.max_backoff).with_jitter()
     }
 }
 
@@ -306,7 +304,7 @@ pub(crate) async fn send(
                 let pause = if unanswered {
                     Duration::ZERO
                 } else {
-                    backoff.next().unwrap_or(policy.max_backoff)
+                    backoff.next()
                 };
                 // Only re-sends count (the first attempt has a timeout of its own).
                 if resends > 0 {

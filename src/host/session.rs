@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{GiveUp, HostEvent, HostOptions, Inner, lock};
+use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 use crate::rig::Rig;
 
@@ -112,46 +113,32 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
     }
 }
 
-/// A session's failed opens in a row, the pause before its next attempt (exponential from
-/// [`HostOptions::retry_pause`], jittered, capped at [`HostOptions::max_retry_pause`]) and its
-/// quarantine, which the store's metrics count while it lasts.
+/// A session's failed opens in a row, the pause before its next attempt (a jittered
+/// [`Backoff`] from [`HostOptions::retry_pause`] doubling up to [`HostOptions::max_retry_pause`],
+/// reset when the session opens) and its quarantine, which the store's metrics count while it
+/// lasts.
 struct OpenFailures {
     count: u32,
-    backoff: backon::ExponentialBackoff,
-    first: Duration,
-    max: Duration,
+    backoff: Backoff,
     metrics: Metrics,
     quarantined: bool,
 }
 
 impl OpenFailures {
     fn new(options: &HostOptions, metrics: Metrics) -> Self {
-        let (first, max) = (options.retry_pause, options.max_retry_pause);
         Self {
             count: 0,
-            backoff: Self::backoff(first, max),
-            first,
-            max,
+            backoff: Backoff::new(options.retry_pause, options.max_retry_pause).with_jitter(),
             metrics,
             quarantined: false,
         }
-    }
-
-    fn backoff(first: Duration, max: Duration) -> backon::ExponentialBackoff {
-        use backon::BackoffBuilder as _;
-        backon::ExponentialBuilder::default()
-            .with_min_delay(first)
-            .with_max_delay(max.max(first))
-            .with_jitter()
-            .without_max_times()
-            .build()
     }
 
     /// One more failure: the pause before the next attempt, and whether the session was
     /// quarantined now or is still (a warning each time).
     fn failed(&mut self) -> (Duration, bool) {
         self.count = self.count.saturating_add(1);
-        let pause = self.backoff.next().unwrap_or(self.max);
+        let pause = self.backoff.next();
         if self.count >= QUARANTINE_AFTER && !self.quarantined {
             self.quarantined = true;
             self.metrics.quarantined(1.0);
@@ -162,7 +149,7 @@ impl OpenFailures {
     /// The session opened: the count starts over. True if it was quarantined.
     fn opened(&mut self) -> bool {
         self.count = 0;
-        self.backoff = Self::backoff(self.first, self.max);
+        self.backoff.reset();
         let quarantined = std::mem::take(&mut self.quarantined);
         if quarantined {
             self.metrics.quarantined(-1.0);

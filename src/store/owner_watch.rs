@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::StoreShared;
 use super::owner_value::OwnerValue;
 use super::registry::OwnerEvent;
+use crate::backoff::Backoff;
 use crate::etcd::{EtcdError, chain};
 
 /// The owner keys at one revision.
@@ -48,15 +49,15 @@ impl Snapshot {
     }
 }
 
-/// The pause before each restart of the owner watch: 100 ms after the first failure,
-/// doubling up to 2 s while runs keep failing; back to 100 ms after a run that was healthy,
+/// The pause before each restart of the owner watch, a deterministic [`Backoff`]: 100 ms
+/// after the first failure, doubling up to 2 s while runs keep failing; back to 100 ms after a run that was healthy,
 /// so that one blip long ago does not make every later restart wait the longest pause. A run
 /// was healthy when its watch was established (etcd said it is created) and then delivered a
 /// response (events or a progress notification), or stayed established for
 /// [`STEADY`](Self::STEADY).
 #[derive(Debug)]
 struct RestartBackoff {
-    next: Duration,
+    pauses: Backoff,
     /// When this run's watch was opened.
     opened: Option<Instant>,
     /// Whether this run's watch delivered a response.
@@ -72,7 +73,7 @@ impl RestartBackoff {
 
     fn new() -> Self {
         Self {
-            next: Self::FIRST,
+            pauses: Backoff::new(Self::FIRST, Self::MAX),
             opened: None,
             delivered: false,
         }
@@ -95,10 +96,9 @@ impl RestartBackoff {
             .opened
             .is_some_and(|opened| self.delivered || now.duration_since(opened) >= Self::STEADY);
         if healthy {
-            self.next = Self::FIRST;
+            self.pauses.reset();
         }
-        let pause = self.next;
-        self.next = crate::deadline::doubled(self.next, Self::MAX);
+        let pause = self.pauses.next();
         self.opened = None;
         self.delivered = false;
         pause
