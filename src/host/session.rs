@@ -177,6 +177,9 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
     let token = CancellationToken::new();
     let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));
     let why = tokio::select! {
+        // A lost lease also breaks the journal once an append finds it lost: the loss is the
+        // reason, so it is looked at first.
+        biased;
         reason = rig.lost() => GiveUp::Lost(reason),
         () = rig.journal().broken() => GiveUp::JournalBroken,
         _ = shed.cancelled() => GiveUp::Shed,
