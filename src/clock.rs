@@ -38,11 +38,6 @@ pub(crate) fn after(instant: Instant, by: Duration) -> Instant {
     crate::deadline::deadline(instant, by)
 }
 
-/// [`now`] + `by`, saturating as [`after`] does.
-pub(crate) fn later(by: Duration) -> Instant {
-    after(now(), by)
-}
-
 /// How long ago `instant` (read from [`now`]) was.
 pub(crate) fn since(instant: Instant) -> Duration {
     now().saturating_duration_since(instant)

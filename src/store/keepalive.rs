@@ -1,4 +1,7 @@
 //! The node lease: granted once per generation, kept alive on one stream, replaced when lost.
+//!
+//! The keepalive task here does the I/O: it opens the stream, sends and reads renewals, and
+//! sleeps; what to do when is decided by the state machine of `renewal.rs`, which it feeds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +12,10 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::StoreShared;
+use super::renewal::{Action, Closed, Event, OpenFailure, State};
 use crate::clock::{self, sleep_until};
 use crate::etcd::{Connection, EtcdError};
-use crate::lease::validity::{self, MarginError, Renewal, Validity};
+use crate::lease::validity::{self, MarginError, Validity};
 use crate::lease::{LossReason, NodeLease};
 
 pub(super) enum GrantError {
@@ -80,7 +84,7 @@ pub(super) async fn run(
 ) {
     loop {
         let end = tokio::select! {
-            end = keep_alive(&shared, &node, &mut validity) => end,
+            end = keep_alive(&shared, &node, validity) => end,
             () = shared.refusal.refused() => End::Lost(LossReason::PermissionDenied),
         };
         // Never renew this lease ID again: the server may still hold it, but our view of its
@@ -112,226 +116,264 @@ pub(super) async fn run(
                 revoke(&shared.connection, node.id).await;
             }
         }
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let granted = tokio::select! {
-                granted = grant(&shared.connection, shared.ttl, shared.margin) => granted,
-                _ = shared.shutdown.cancelled() => return,
-            };
-            match granted {
-                Ok((fresh, fresh_validity)) => {
-                    tracing::info!(lease = fresh.id, "fresh node lease granted");
-                    (node, validity) = (fresh, fresh_validity);
-                    shared.set_current_node(Some(node.clone()));
-                    break;
-                }
-                Err(GrantError::Etcd(error)) => {
-                    tracing::warn!(%error, "granting a fresh node lease failed; retrying");
-                }
-                Err(GrantError::Margin(error)) => {
-                    tracing::warn!(%error, "the granted TTL leaves no room for the margin; retrying");
-                }
-            }
-            tokio::select! {
-                _ = sleep(backoff) => {}
-                _ = shared.shutdown.cancelled() => return,
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
-        }
+        let Some(fresh) = grant_fresh(&shared).await else {
+            return;
+        };
+        (node, validity) = fresh;
     }
 }
 
-/// How long an opening of the keepalive stream goes unanswered before another is sent, on the
-/// next endpoint. etcd answers an opening in milliseconds, but after a leader crash a member
-/// that still takes the dead leader for its leader holds the renewal until its dial to that
-/// leader gives up (etcd's peer dial timeout: 1 s + the election timeout), even when a new
-/// leader is elected meanwhile; an opening sent after the election is answered at once.
-const HEDGE: Duration = Duration::from_millis(250);
+/// Grants a fresh node lease after one was lost, retrying until etcd grants one; `None` when
+/// the store shuts down first.
+async fn grant_fresh(shared: &StoreShared) -> Option<(Arc<NodeLease>, Validity)> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let granted = tokio::select! {
+            granted = grant(&shared.connection, shared.ttl, shared.margin) => granted,
+            _ = shared.shutdown.cancelled() => return None,
+        };
+        match granted {
+            Ok((fresh, fresh_validity)) => {
+                tracing::info!(lease = fresh.id, "fresh node lease granted");
+                shared.set_current_node(Some(fresh.clone()));
+                return Some((fresh, fresh_validity));
+            }
+            Err(GrantError::Etcd(error)) => {
+                tracing::warn!(%error, "granting a fresh node lease failed; retrying");
+            }
+            Err(GrantError::Margin(error)) => {
+                tracing::warn!(%error, "the granted TTL leaves no room for the margin; retrying");
+            }
+        }
+        tokio::select! {
+            _ = sleep(backoff) => {}
+            _ = shared.shutdown.cancelled() => return None,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
 
-/// How long after a failed opening (a member down, or without a leader) the next is sent.
-const RETRY: Duration = Duration::from_millis(100);
-
-/// At most this many openings are in flight at once.
-const MAX_OPENINGS: usize = 8;
-
-/// A keepalive stream whose opening etcd answered.
-struct Opened {
+/// The keepalive stream: the handle that sends renewals, and the replies.
+struct Stream {
     keeper: etcd_client::LeaseKeeper,
-    stream: etcd_client::LeaseKeepAliveStream,
-    /// When its opening request was sent.
-    sent: Instant,
+    replies: etcd_client::LeaseKeepAliveStream,
     endpoint: String,
 }
 
 /// One opening of the keepalive stream, ended.
 struct Opening {
-    /// The endpoint's index, and the endpoint.
-    index: usize,
+    id: u64,
     endpoint: String,
-    sent: Instant,
-    /// `Err` when it went unanswered for a renewal interval.
+    /// `Err` when it went unanswered for as long as it was given.
     outcome: Result<
         Result<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream), etcd_client::Error>,
         tokio::time::error::Elapsed,
     >,
 }
 
-/// Opens a keepalive stream for node lease `id`, the opening request being itself a renewal.
-///
-/// Openings are hedged: the first goes to the preferred endpoint, and while none is answered
-/// another goes to the next endpoint every [`HEDGE`] (or [`RETRY`] after one failed), each
-/// given up after `every`. The first one answered wins and its endpoint becomes preferred; the
-/// others are dropped, which cancels them. `None` when etcd says the lease is gone. It runs
-/// until a stream opens: the caller bounds it by the deadline.
-async fn open(connection: &Connection, id: i64, every: Duration) -> Option<Opened> {
-    let mut openings: FuturesUnordered<BoxFuture<'static, Opening>> = FuturesUnordered::new();
-    let mut index = connection.preferred_index();
-    let mut next = clock::now();
-    loop {
-        tokio::select! {
-            () = sleep_until(next), if openings.len() < MAX_OPENINGS => {
-                let (client, endpoint) = connection.stream_client_at(index);
-                let sent = clock::now();
-                let outcome = timeout(every, async move {
-                    client.ready().await?.lease_keep_alive(id).await
-                });
-                openings.push(Box::pin(async move {
-                    Opening { index, endpoint, sent, outcome: outcome.await }
-                }));
-                index = (index + 1) % connection.len();
-                next = clock::later(HEDGE);
+impl Opening {
+    /// What this opening's end means to the state machine, and its stream if it opened one.
+    fn event(self) -> (Event, Option<Stream>) {
+        let Opening {
+            id,
+            endpoint,
+            outcome,
+        } = self;
+        let why = match outcome {
+            Ok(Ok((keeper, replies))) => {
+                let stream = Stream {
+                    keeper,
+                    replies,
+                    endpoint,
+                };
+                return (Event::Opened { id }, Some(stream));
             }
-            Some(Opening { index: at, endpoint, sent, outcome }) = openings.next(),
-                if !openings.is_empty() =>
+            // etcd-client reports a TTL ≤ 0 on the opening reply this way: the lease is gone.
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+                if message == "lease not found" =>
             {
-                match outcome {
-                    Ok(Ok((keeper, stream))) => {
-                        connection.prefer(at);
-                        return Some(Opened { keeper, stream, sent, endpoint });
-                    }
-                    // etcd-client reports a TTL ≤ 0 on the opening reply this way: the lease is
-                    // gone.
-                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
-                        if message == "lease not found" =>
-                    {
-                        return None;
-                    }
-                    Ok(Err(error)) => {
-                        let error = EtcdError::new("keepalive", &endpoint, error);
-                        if error.is_auth_failed() || error.is_permission_denied() {
-                            // Its stream token expired: the next opening there authenticates.
-                            connection.forget_stream_token(&endpoint);
-                        }
-                        tracing::debug!(%endpoint, error = %crate::etcd::chain(&error), "opening the keepalive stream failed");
-                        next = next.min(clock::later(RETRY));
-                    }
-                    Err(_) => {
-                        tracing::debug!(%endpoint, "opening the keepalive stream stalled");
-                        next = clock::now();
-                    }
+                OpenFailure::LeaseGone
+            }
+            Ok(Err(error)) => {
+                let error = EtcdError::new("keepalive", &endpoint, error);
+                tracing::debug!(%endpoint, error = %crate::etcd::chain(&error), "opening the keepalive stream failed");
+                if error.is_auth_failed() || error.is_permission_denied() {
+                    OpenFailure::TokenRefused
+                } else {
+                    OpenFailure::Refused
                 }
             }
+            Err(_) => {
+                tracing::debug!(%endpoint, "opening the keepalive stream stalled");
+                OpenFailure::Stalled
+            }
+        };
+        (Event::OpenFailed { id, why }, None)
+    }
+}
+
+/// Keeps one node lease generation alive until it is lost or the store shuts down: feeds what
+/// happens on the keepalive stream to [`State`] and does what it says (see `renewal.rs`).
+async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: Validity) -> End {
+    let connection = &shared.connection;
+    let mut state = State::new(validity, connection.len(), clock::now());
+    let mut shell = Shell {
+        shared,
+        node,
+        openings: FuturesUnordered::new(),
+        stream: None,
+    };
+    loop {
+        let (event, arrived) = tokio::select! {
+            _ = shared.shutdown.cancelled() => return End::Shutdown,
+            () = wake(state.wake_at()) => {
+                (Event::Wake { preferred: connection.preferred_index() }, None)
+            }
+            Some(opening) = shell.openings.next(), if !shell.openings.is_empty() => {
+                opening.event()
+            }
+            reply = message(&mut shell.stream) => match reply {
+                Ok(Some(reply)) => (Event::Replied { ttl_seconds: reply.ttl() }, None),
+                Ok(None) | Err(_) => (Event::Ended, None),
+            },
+        };
+        if let Some(reason) = shell.feed(&mut state, event, arrived).await {
+            return End::Lost(reason);
         }
     }
 }
 
-/// Keeps one node lease generation alive until it is lost or the store shuts down.
-async fn keep_alive(shared: &StoreShared, node: &NodeLease, validity: &mut Validity) -> End {
-    let every = validity.renew_every();
-    loop {
-        // --- (re)open the stream; the opening request is itself a renewal.
-        validity.stream_reset();
-        let opened = tokio::select! {
-            opened = open(&shared.connection, node.id, every) => opened,
-            _ = sleep_until(validity.valid_until()) => return End::Lost(LossReason::Expired),
-            _ = shared.shutdown.cancelled() => return End::Shutdown,
-        };
-        let Some(Opened {
-            mut keeper,
-            mut stream,
-            sent,
-            endpoint,
-        }) = opened
-        else {
-            return End::Lost(LossReason::KeepaliveFailed);
-        };
-        tracing::debug!(%endpoint, took = ?clock::since(sent), "keepalive stream opened");
-        // A renewal that arrives after the deadline passed must not revive the lease.
-        if !validity.is_valid_at(clock::now()) {
-            return End::Lost(LossReason::Expired);
-        }
-        // The opening reply renewed the lease with its TTL (etcd-client keeps only its ID).
-        validity.sent(sent);
-        if let Renewal::Renewed { valid_until } = validity.replied(validity.ttl().as_secs() as i64)
-        {
-            node.set_valid_until(valid_until);
-        }
+/// Sleeps until `at`; forever when there is nothing to wake for.
+async fn wake(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
-        // --- renew every TTL/3 until the stream fails or stalls
-        let mut next = clock::after(sent, every);
-        loop {
-            // A renewal unanswered for half an interval means a stalled stream (etcd answers in
-            // milliseconds): re-open it then, leaving most of the deadline's slack for the new
-            // stream, rather than at the next renewal.
-            let stalled = validity
-                .oldest_outstanding()
-                .map_or(validity.valid_until(), |oldest| {
-                    clock::after(oldest, every / 2)
-                });
-            tokio::select! {
-                _ = shared.shutdown.cancelled() => return End::Shutdown,
-                _ = sleep_until(validity.valid_until()) => {
-                    if !validity.is_valid_at(clock::now()) {
-                        return End::Lost(LossReason::Expired);
-                    }
-                }
-                _ = sleep_until(stalled), if validity.oldest_outstanding().is_some() => {
-                    tracing::debug!(%endpoint, "keepalive unanswered for half an interval; re-opening");
-                    shared.connection.rotate();
-                    break;
-                }
-                _ = sleep_until(next) => {
-                    let now = clock::now();
-                    validity.sent(now);
-                    if keeper.keep_alive().await.is_err() {
-                        break;
-                    }
-                    next = clock::after(now, every);
-                }
-                reply = stream.message() => match reply {
-                    // A renewal that arrives after the deadline passed must not revive the lease.
-                    Ok(Some(_)) if !validity.is_valid_at(clock::now()) => {
-                        return End::Lost(LossReason::Expired);
-                    }
-                    Ok(Some(reply)) => {
-                        // The reply answers the oldest request outstanding.
-                        let answered = validity.oldest_outstanding();
-                        match validity.replied(reply.ttl()) {
-                            Renewal::Renewed { valid_until } => {
-                                node.set_valid_until(valid_until);
-                                let now = clock::now();
-                                if let Some(sent) = answered {
-                                    shared.metrics.keepalive(
-                                        now.saturating_duration_since(sent),
-                                        valid_until.saturating_duration_since(now),
-                                    );
-                                }
-                            }
-                            Renewal::Gone => return End::Lost(LossReason::KeepaliveFailed),
-                            Renewal::Unexpected => {}
+/// The stream's next reply; pending while there is no stream.
+async fn message(
+    stream: &mut Option<Stream>,
+) -> Result<Option<etcd_client::LeaseKeepAliveResponse>, etcd_client::Error> {
+    match stream {
+        Some(stream) => stream.replies.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What the keepalive task holds while the state machine decides: the openings in flight and
+/// the stream.
+struct Shell<'a> {
+    shared: &'a StoreShared,
+    node: &'a NodeLease,
+    openings: FuturesUnordered<BoxFuture<'static, Opening>>,
+    stream: Option<Stream>,
+}
+
+impl Shell<'_> {
+    /// Steps `state` with `event` (and with what the actions lead to), doing each action in
+    /// order; `arrived` is the stream an [`Event::Opened`] brought. The loss reason once lost.
+    async fn feed(
+        &mut self,
+        state: &mut State,
+        event: Event,
+        mut arrived: Option<Stream>,
+    ) -> Option<LossReason> {
+        let mut events = vec![event];
+        while let Some(event) = events.pop() {
+            for action in state.step(event, clock::now()) {
+                match action {
+                    Action::Lost(reason) => return Some(reason),
+                    Action::Adopt { index, sent, .. } => self.adopt(index, sent, arrived.take()),
+                    Action::Send => {
+                        if !self.send().await {
+                            events.push(Event::SendFailed);
                         }
                     }
-                    Ok(None) | Err(_) => {
-                        tracing::debug!(%endpoint, "keepalive stream ended; re-opening");
-                        shared.connection.rotate();
-                        tokio::select! {
-                            _ = sleep(Duration::from_millis(50)) => {}
-                            _ = shared.shutdown.cancelled() => return End::Shutdown,
-                        }
-                        break;
-                    }
-                },
+                    action => self.act(action),
+                }
             }
+        }
+        None
+    }
+
+    /// Does an action that needs no waiting.
+    fn act(&mut self, action: Action) {
+        let connection = &self.shared.connection;
+        match action {
+            Action::Open { id, index, within } => self.open(id, index, within),
+            Action::Renewed {
+                valid_until,
+                answered,
+            } => {
+                self.node.set_valid_until(valid_until);
+                if let Some(sent) = answered {
+                    let now = clock::now();
+                    self.shared.metrics.keepalive(
+                        now.saturating_duration_since(sent),
+                        valid_until.saturating_duration_since(now),
+                    );
+                }
+            }
+            Action::Rotate => connection.rotate(),
+            Action::Close(why) => {
+                let Some(Stream { endpoint, .. }) = self.stream.take() else {
+                    return;
+                };
+                match why {
+                    Closed::Unanswered => {
+                        tracing::debug!(%endpoint, "keepalive unanswered for half an interval; re-opening")
+                    }
+                    Closed::Ended => {
+                        tracing::debug!(%endpoint, "keepalive stream ended; re-opening")
+                    }
+                    Closed::SendFailed => {
+                        tracing::debug!(%endpoint, "sending a keepalive failed; re-opening")
+                    }
+                }
+            }
+            Action::ForgetToken { index } => {
+                // Its stream token expired: the next opening there authenticates.
+                if let Some(endpoint) = connection.endpoints().get(index) {
+                    connection.forget_stream_token(endpoint);
+                }
+            }
+            Action::Adopt { .. } | Action::Send | Action::Lost(_) => {}
+        }
+    }
+
+    /// Sends opening `id` to endpoint `index`, the opening request being itself a renewal.
+    fn open(&mut self, id: u64, index: usize, within: Duration) {
+        let (client, endpoint) = self.shared.connection.stream_client_at(index);
+        let lease = self.node.id;
+        let outcome = timeout(within, async move {
+            client.ready().await?.lease_keep_alive(lease).await
+        });
+        self.openings.push(Box::pin(async move {
+            Opening {
+                id,
+                endpoint,
+                outcome: outcome.await,
+            }
+        }));
+    }
+
+    /// Makes `stream`, opened on endpoint `index` by a request sent at `sent`, the stream;
+    /// dropping the other openings cancels them.
+    fn adopt(&mut self, index: usize, sent: Instant, stream: Option<Stream>) {
+        self.shared.connection.prefer(index);
+        self.openings = FuturesUnordered::new();
+        if let Some(stream) = &stream {
+            tracing::debug!(endpoint = %stream.endpoint, took = ?clock::since(sent), "keepalive stream opened");
+        }
+        self.stream = stream;
+    }
+
+    /// Sends a keepalive on the stream; whether it went.
+    async fn send(&mut self) -> bool {
+        match &mut self.stream {
+            Some(stream) => stream.keeper.keep_alive().await.is_ok(),
+            None => false,
         }
     }
 }

@@ -32,7 +32,8 @@
 //! # Keepalive and the validity deadline
 //!
 //! See `lease::validity`: the deadline is the send instant of the request a reply answers plus
-//! the granted TTL minus the safety margin; renewals go out every TTL/3. A stream that errs,
+//! the granted TTL minus the safety margin; renewals go out every TTL/3. The keepalive's
+//! decisions are a pure state machine (`renewal.rs`); `keepalive.rs` does its I/O. A stream that errs,
 //! ends, or leaves a renewal unanswered for half an interval is re-opened on the next endpoint;
 //! while no opening is answered, another goes to the next endpoint every 250 ms (a member can
 //! hold a renewal for seconds after etcd's leader crashed, while another would answer it).
@@ -72,6 +73,7 @@ mod options;
 mod owner_value;
 mod owner_watch;
 mod registry;
+mod renewal;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
