@@ -13,6 +13,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::StoreShared;
 use super::renewal::{Action, Closed, Event, OpenFailure, State};
+use crate::backoff::Backoff;
 use crate::clock::{self, sleep_until};
 use crate::etcd::{Connection, EtcdError};
 use crate::lease::validity::{self, MarginError, Validity};
@@ -126,7 +127,7 @@ pub(super) async fn run(
 /// Grants a fresh node lease after one was lost, retrying until etcd grants one; `None` when
 /// the store shuts down first.
 async fn grant_fresh(shared: &StoreShared) -> Option<(Arc<NodeLease>, Validity)> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let granted = tokio::select! {
             granted = grant(&shared.connection, shared.ttl, shared.margin) => granted,
@@ -146,10 +147,9 @@ async fn grant_fresh(shared: &StoreShared) -> Option<(Arc<NodeLease>, Validity)>
             }
         }
         tokio::select! {
-            _ = sleep(backoff) => {}
+            _ = sleep(backoff.next()) => {}
             _ = shared.shutdown.cancelled() => return None,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
