@@ -26,7 +26,7 @@ use etcd_client::{Compare, CompareOp};
 
 use super::cas::Sent;
 use super::fence::owner_and_tip;
-use super::queue::{Batcher, Member};
+use super::queue::{Batcher, Hook, Member};
 use super::record::decode_tip;
 use crate::etcd::write;
 
@@ -39,10 +39,15 @@ struct Again {
 }
 
 impl Mutant {
-    /// The one hook: sends the appends of `members` as this mutant breaks the protocol, each on
-    /// its own, and says what each came to. Called by the batcher instead of its shared
-    /// transaction, for any mutant but [`Mutant::None`].
-    pub(crate) async fn send(self, batcher: &Batcher, members: &mut [Member]) -> Vec<Sent> {
+    /// The hook the store's append queue sends through instead of the protocol; `None` for
+    /// [`Mutant::None`], the protocol as written.
+    pub(crate) fn hook(self) -> Option<Box<dyn Hook>> {
+        (self != Mutant::None).then(|| Box::new(self) as Box<dyn Hook>)
+    }
+
+    /// Sends the appends of `members` as this mutant breaks the protocol, each on its own, and
+    /// says what each came to.
+    async fn send_all(self, batcher: &Batcher, members: &mut [Member]) -> Vec<Sent> {
         let mut sent = Vec::with_capacity(members.len());
         for member in members.iter_mut() {
             sent.push(self.send_one(batcher, member).await);
@@ -99,6 +104,16 @@ impl Mutant {
             tip_mod_revision: tip.mod_revision(),
             guard,
         })
+    }
+}
+
+impl Hook for Mutant {
+    fn send<'a>(
+        &'a self,
+        batcher: &'a Batcher,
+        members: &'a mut [Member],
+    ) -> futures_util::future::BoxFuture<'a, Vec<Sent>> {
+        Box::pin(self.send_all(batcher, members))
     }
 }
 

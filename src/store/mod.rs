@@ -239,7 +239,7 @@ impl Store {
             tasks: tasks.clone(),
             span: span.clone(),
             #[cfg(feature = "testing")]
-            mutant: options.mutant,
+            hook: options.mutant.hook(),
         });
         let shared = Arc::new(StoreShared {
             metrics,

@@ -35,8 +35,6 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent, append_size};
-#[cfg(feature = "testing")]
-use super::mutant::Mutant;
 use super::record::{self, Tip, encode_tip};
 use super::{AppendError, Appended, JournalLeaseLostError, JournalLimits, JournalWriteError};
 use crate::etcd::Connection;
@@ -397,7 +395,19 @@ pub(crate) struct BatcherParts {
     pub(crate) span: tracing::Span,
     /// The protocol as written, unless a test turned a broken variant on.
     #[cfg(feature = "testing")]
-    pub(crate) mutant: Mutant,
+    pub(crate) hook: Option<Box<dyn Hook>>,
+}
+
+/// What sends a transaction in place of the protocol: the test-only protocol mutants
+/// (feature `testing`), one hook.
+#[cfg(feature = "testing")]
+pub(crate) trait Hook: Send + Sync {
+    /// Sends the appends of `members` and says what each came to, in order.
+    fn send<'a>(
+        &'a self,
+        batcher: &'a Batcher,
+        members: &'a mut [Member],
+    ) -> futures_util::future::BoxFuture<'a, Vec<Sent>>;
 }
 
 /// The store's append queue and the transactions it sends (see the module docs).
@@ -413,7 +423,7 @@ pub(crate) struct Batcher {
     tasks: TaskTracker,
     span: tracing::Span,
     #[cfg(feature = "testing")]
-    mutant: Mutant,
+    hook: Option<Box<dyn Hook>>,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -437,7 +447,7 @@ impl Batcher {
             tasks: parts.tasks,
             span: parts.span,
             #[cfg(feature = "testing")]
-            mutant: parts.mutant,
+            hook: parts.hook,
         })
     }
 
@@ -588,8 +598,8 @@ impl Batcher {
     /// as a test-only mutant breaks it.
     async fn sent(&self, members: &mut [Member]) -> Vec<Sent> {
         #[cfg(feature = "testing")]
-        if self.mutant != Mutant::None {
-            return self.mutant.send(self, members).await;
+        if let Some(hook) = &self.hook {
+            return hook.send(self, members).await;
         }
         self.commit(members).await
     }

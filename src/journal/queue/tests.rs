@@ -19,7 +19,7 @@ async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
         tasks: TaskTracker::new(),
         span: tracing::Span::none(),
         #[cfg(feature = "testing")]
-        mutant: Mutant::None,
+        hook: None,
     })
 }
 
