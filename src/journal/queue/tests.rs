@@ -25,7 +25,8 @@ async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
 
 /// Session `session`'s lease state and a journal writer under it, next at seq 1.
 fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
-    let node = Arc::new(NodeLease::new(1, Instant::now() + Duration::from_secs(60)));
+    let valid_until = crate::deadline::deadline(Instant::now(), Duration::from_secs(60));
+    let node = Arc::new(NodeLease::new(1, valid_until));
     let key = format!("ns/owners/{session}");
     let state = LeaseState::new(Uuid::from_u128(session), Epoch(40), key, Uuid::nil(), node);
     let ownership = Ownership::new(state.clone());
