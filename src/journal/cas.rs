@@ -531,6 +531,23 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn an_outcome_told_by_read_keeps_its_own_read_too() {
+        for (own, later, expect) in [
+            (false, false, false),
+            (true, false, true),
+            (false, true, true),
+        ] {
+            let committed = Sent::Committed {
+                revision: 60,
+                by_read: own,
+            };
+            assert_eq!(committed.told_by_read(later).by_read(), expect);
+            let fenced = Sent::Fenced { by_read: own };
+            assert_eq!(fenced.told_by_read(later).by_read(), expect);
+        }
+    }
+
+    #[test]
     fn a_reply_settles_by_its_compare_and_else_branch() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
         // A reply after a send whose outcome was unknown: the `else` branch tells.
@@ -575,6 +592,13 @@ pub(super) mod tests {
         assert!(failed(None, None).starts_with("Unknown("));
         assert!(failed(None, renewed(1)).starts_with("Unknown("));
         assert!(failed(Some(record(theirs)), renewed(7)).starts_with("Unknown("));
+        // A tip created at the very revision the append read it at is the tip it read.
+        let same = {
+            let mut tip = tip(6, theirs);
+            tip.create_revision = 5;
+            Some(tip)
+        };
+        assert_eq!(failed(None, same), "Fenced { by_read: false }");
         // An append to a journal with no tip yet (its first fence), after an unknown send:
         // no tip now, or another's, may be its own committed and the journal deleted (and
         // created again) since. Unknown too; after a first send that failed, fenced.

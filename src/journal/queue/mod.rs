@@ -15,7 +15,9 @@
 //!
 //! So a journal has at most one transaction in flight, a store at most `in_flight`, and a lone
 //! call is sent at once, with no timer. The journals that did not fit go first in the next
-//! transaction.
+//! transaction. A transaction's journals stay in flight for one turn of the scheduler after
+//! its calls are answered, so that callers who append again at once share their journal's
+//! next append rather than wait a round trip behind one of whichever came back first.
 //!
 //! Transactions are sent on the store's tasks, never on a caller's future: a call dropped
 //! before a transaction took it is withdrawn; one dropped after commits or not with its
@@ -46,6 +48,12 @@ use crate::metrics::Metrics;
 /// The compares of one append: the tip, the owner key, the first record.
 const APPEND_COMPARES: usize = 3;
 
+/// A transaction's `else` branch gets two keys per member and its resolving read three: no
+/// more than the member's compares, so a transaction whose compares fit etcd's operations
+/// limit fits it in its reads as well.
+const _GETS_WITHIN_COMPARES: () =
+    assert!(ELSE_GETS <= APPEND_COMPARES && RESOLVE_GETS <= APPEND_COMPARES);
+
 /// What an append call is told, and whether only the resolving read settled its transaction's
 /// outcome (for the metrics).
 #[derive(Debug)]
@@ -67,6 +75,15 @@ impl Answer {
 struct Call {
     payloads: Vec<Vec<u8>>,
     reply: oneshot::Sender<Answer>,
+}
+
+/// Where a joining call found its journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Joined {
+    /// Listed as ready by this call: the caller pumps.
+    Listed,
+    /// Listed or in flight already: whoever listed it, or its transaction's task, pumps.
+    Behind,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -463,10 +480,12 @@ impl Batcher {
         payloads: Vec<Vec<u8>>,
     ) -> Answer {
         let (reply, answer) = oneshot::channel();
-        if let Err(refused) = self.join(writer, Call { payloads, reply }) {
-            return Answer::refused(refused);
+        match self.join(writer, Call { payloads, reply }) {
+            Err(refused) => return Answer::refused(refused),
+            // Whoever listed the journal, or the transaction it is in, pumps after this.
+            Ok(Joined::Behind) => {}
+            Ok(Joined::Listed) => self.pump(),
         }
-        self.pump();
         // The answer's sender goes only with its transaction's task, unsettled: see
         // `Writer::abandon`.
         answer
@@ -476,7 +495,7 @@ impl Batcher {
 
     /// Adds `call` to its journal's waiting calls, listing the journal as ready if it is not
     /// and has nothing in flight; or refuses it at once.
-    fn join(&self, writer: &Arc<Writer>, call: Call) -> Result<(), JournalWriteError> {
+    fn join(&self, writer: &Arc<Writer>, call: Call) -> Result<Joined, JournalWriteError> {
         {
             // The common case under load: the journal is in flight or listed already.
             let mut state = writer.state();
@@ -485,7 +504,7 @@ impl Batcher {
             }
             if state.in_flight || state.listed {
                 state.waiting.push_back(call);
-                return Ok(());
+                return Ok(Joined::Behind);
             }
         }
         let mut ready = lock(&self.ready);
@@ -494,11 +513,12 @@ impl Batcher {
             return Err(refused);
         }
         state.waiting.push_back(call);
-        if !state.in_flight && !state.listed {
-            state.listed = true;
-            ready.push_back(writer.clone());
+        if state.in_flight || state.listed {
+            return Ok(Joined::Behind);
         }
-        Ok(())
+        state.listed = true;
+        ready.push_back(writer.clone());
+        Ok(Joined::Listed)
     }
 
     /// Sends transactions while a slot is free and a journal is ready.
@@ -557,11 +577,10 @@ impl Batcher {
                 i += 1;
                 continue;
             }
+            // The compares bound the gets too: see `_GETS_WITHIN_COMPARES`.
             let fits = taken.is_empty()
                 || (compares + APPEND_COMPARES <= max_ops
                     && puts + (records + 1) <= max_ops
-                    // The `else` branch gets two keys per member, the resolving read three.
-                    && RESOLVE_GETS.max(ELSE_GETS) * (taken.len() + 1) <= max_ops
                     && bytes + size <= max_bytes);
             if !fits {
                 break;
@@ -589,9 +608,18 @@ impl Batcher {
             self.metrics.batch(member.records);
         }
         let sent = self.sent(&mut members).await;
+        let flight = Flight {
+            batcher: self,
+            writers: members.iter().map(|m| m.writer.clone()).collect(),
+        };
         for (member, sent) in members.into_iter().zip(sent) {
             self.finish(member, sent);
         }
+        // The callers just answered come back with their next appends at once: they join
+        // their journals' next appends rather than wait a round trip behind a transaction of
+        // whichever came back first. (No timer: one turn of the scheduler.)
+        tokio::task::yield_now().await;
+        drop(flight);
     }
 
     /// What the transaction of `members` came to, member by member: as the protocol says, or
@@ -604,17 +632,16 @@ impl Batcher {
         self.commit(members).await
     }
 
-    /// Records what `member`'s append came to in its journal, answers each of its calls (its
-    /// own sequence numbers, or the outcome as its own error), and lists the journal again if
-    /// calls wait.
+    /// Records what `member`'s append came to in its journal and answers each of its calls
+    /// (its own sequence numbers, or the outcome as its own error). The journal stays in
+    /// flight until [`land`](Self::land).
     fn finish(&self, mut member: Member, sent: Sent) {
         let by_read = sent.by_read();
         let writer = member.writer.clone();
-        let mut ready = lock(&self.ready);
         let mut state = writer.state();
         let last_seq = member.first_seq.saturating_add(member.records as u64 - 1);
         let result = writer.settle(&mut state, (member.first_seq, last_seq), sent);
-        (member.settled, state.in_flight) = (true, false);
+        member.settled = true;
         let mut first_seq = member.first_seq;
         for call in member.calls.drain(..) {
             let result = result.clone().map(|appended| {
@@ -631,6 +658,13 @@ impl Batcher {
             // A caller that went away meanwhile no longer needs its answer.
             let _ = call.reply.send(Answer { result, by_read });
         }
+    }
+
+    /// Ends `writer`'s transaction in flight, and lists its journal again if calls wait.
+    fn land(&self, writer: &Arc<Writer>) {
+        let mut ready = lock(&self.ready);
+        let mut state = writer.state();
+        state.in_flight = false;
         if !state.waiting.is_empty() && !state.listed {
             state.listed = true;
             ready.push_back(writer.clone());
@@ -638,6 +672,21 @@ impl Batcher {
         drop(state);
         drop(ready);
         writer.idle.notify_waiters();
+    }
+}
+
+/// The journals of a transaction whose outcome they have learnt: landed when this is dropped,
+/// also if the transaction's task is dropped before it lands them.
+struct Flight<'a> {
+    batcher: &'a Batcher,
+    writers: Vec<Arc<Writer>>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        for writer in &self.writers {
+            self.batcher.land(writer);
+        }
     }
 }
 

@@ -41,11 +41,22 @@ fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Rec
     answer
 }
 
+/// Queues a call of one record on `writer`: where it found the journal, and the receiver of
+/// its answer (a call whose receiver is dropped is withdrawn).
+fn join_one(batcher: &Batcher, writer: &Arc<Writer>) -> (Joined, oneshot::Receiver<Answer>) {
+    let (reply, answer) = oneshot::channel();
+    let payloads = vec![b"event".to_vec()];
+    (
+        batcher.join(writer, Call { payloads, reply }).unwrap(),
+        answer,
+    )
+}
+
 /// Whether a call of one record to `writer` would join its queue now, or why not.
 fn join_now(batcher: &Batcher, writer: &Arc<Writer>) -> Result<(), JournalWriteError> {
     let (reply, _answer) = oneshot::channel();
     let payloads = vec![b"e".to_vec()];
-    batcher.join(writer, Call { payloads, reply })
+    batcher.join(writer, Call { payloads, reply }).map(|_| ())
 }
 
 fn sessions(members: &[Member]) -> Vec<u128> {
@@ -64,8 +75,15 @@ fn committed(revision: i64) -> Sent {
 
 fn settle(batcher: &Batcher, members: Vec<Member>, sent: impl Fn() -> Sent) {
     for member in members {
-        batcher.finish(member, sent());
+        finish(batcher, member, sent());
     }
+}
+
+/// What the store's task does when `member`'s transaction came to `sent`.
+fn finish(batcher: &Batcher, member: Member, sent: Sent) {
+    let writer = member.writer.clone();
+    batcher.finish(member, sent);
+    batcher.land(&writer);
 }
 
 #[tokio::test]
@@ -144,7 +162,7 @@ async fn a_fenced_or_unknown_append_breaks_the_journal_and_refuses_the_calls_aft
         let first = call(&batcher, &w, 1);
         let members = batcher.take();
         let waiting = call(&batcher, &w, 1);
-        batcher.finish(members.into_iter().next().unwrap(), sent);
+        finish(&batcher, members.into_iter().next().unwrap(), sent);
         assert!(w.is_broken());
         let told = format!("{:?}", first.await.unwrap().result);
         assert!(told.starts_with(&format!("Err({expect}")), "{told}");
@@ -246,4 +264,83 @@ async fn a_journal_at_the_end_of_its_sequence_numbers_refuses_without_sending() 
         answer.await.unwrap().result,
         Err(JournalWriteError::SequenceExhausted { .. })
     ));
+}
+
+#[tokio::test]
+async fn only_the_call_that_lists_its_journal_pumps() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    let mut answers = Vec::new();
+    let mut join = || {
+        let (joined, answer) = join_one(&batcher, &w);
+        answers.push(answer);
+        joined
+    };
+    assert_eq!(join(), Joined::Listed);
+    assert_eq!(join(), Joined::Behind, "listed");
+    assert_eq!(lock(&batcher.ready).len(), 1, "listed once");
+    let members = batcher.take();
+    assert_eq!(join(), Joined::Behind, "in flight");
+    assert!(lock(&batcher.ready).is_empty(), "in flight, not listed");
+    // Its transaction's end lists it again, for the call that waited (its task pumps).
+    settle(&batcher, members, || committed(60));
+    assert!(w.state().listed);
+    assert_eq!(join(), Joined::Behind);
+    let members = batcher.take();
+    assert_eq!(members[0].records, 2);
+    settle(&batcher, members, || committed(61));
+    assert!(!w.state().listed && !w.state().in_flight);
+    assert_eq!(join(), Joined::Listed, "idle again");
+}
+
+#[tokio::test]
+async fn a_transaction_takes_journals_while_their_puts_fit_etcds_operations_limit() {
+    // 20 operations: room for 6 members' compares, but 4 appends of 4 records put 20 keys
+    // (each with its tip).
+    let batcher = batcher(JournalLimits::default().with_max_txn_ops(20)).await;
+    let writers: Vec<_> = (1..=5).map(writer).collect();
+    let _answers: Vec<_> = writers.iter().map(|(_, w)| call(&batcher, w, 4)).collect();
+    assert_eq!(sessions(&batcher.take()), [1, 2, 3, 4]);
+    assert_eq!(sessions(&batcher.take()), [5]);
+}
+
+#[tokio::test]
+async fn a_transaction_takes_journals_while_their_compares_fit_etcds_operations_limit() {
+    // 12 operations: 4 members' compares exactly; their puts (2 each) would allow 6.
+    let batcher = batcher(JournalLimits::default().with_max_txn_ops(12)).await;
+    let writers: Vec<_> = (1..=5).map(writer).collect();
+    let _answers: Vec<_> = writers.iter().map(|(_, w)| call(&batcher, w, 1)).collect();
+    assert_eq!(sessions(&batcher.take()), [1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn a_transaction_takes_journals_while_their_size_fits_etcds_request_limit() {
+    let (_state, probe) = writer(1);
+    let one = probe.encoded_size(&[b"event"]);
+    // Exactly three members' appends of one record each.
+    let limits = JournalLimits::default().with_max_request_bytes(1024 + 3 * one);
+    let batcher = batcher(limits).await;
+    let writers: Vec<_> = (1..=4).map(writer).collect();
+    let _answers: Vec<_> = writers.iter().map(|(_, w)| call(&batcher, w, 1)).collect();
+    assert_eq!(sessions(&batcher.take()), [1, 2, 3]);
+    assert_eq!(sessions(&batcher.take()), [4]);
+}
+
+#[tokio::test]
+async fn one_journals_append_takes_calls_while_its_size_fits() {
+    let (_state, probe) = writer(1);
+    let (one, two) = (
+        probe.encoded_size(&[b"event"]),
+        probe.encoded_size(&[b"event", b"event"]),
+    );
+    let per_record = two - one;
+    // Exactly the fixed part and three records.
+    let limits = JournalLimits::default().with_max_request_bytes(1024 + one + 2 * per_record);
+    let batcher = batcher(limits).await;
+    let (_state, w) = writer(1);
+    let _answers: Vec<_> = (0..4).map(|_| call(&batcher, &w, 1)).collect();
+    let members = batcher.take();
+    assert_eq!(members[0].records, 3);
+    settle(&batcher, members, || committed(60));
+    assert_eq!(batcher.take()[0].records, 1);
 }
