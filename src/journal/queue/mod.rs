@@ -561,7 +561,7 @@ impl Batcher {
                 .checked_add(records as u64)
                 .is_none()
                 .then_some(JournalWriteError::SequenceExhausted { seq: first_seq });
-            if let Some(refused) = refused.or(exhausted).filter(|_| calls > 0) {
+            if let Some(refused) = refused.or(exhausted) {
                 for call in state.waiting.drain(..) {
                     let _ = call.reply.send(Answer::refused(refused.clone()));
                 }

@@ -149,6 +149,12 @@ async fn one_journals_calls_share_one_append_within_its_limits_each_with_its_own
         [(1, 2, true), (3, 3, true), (4, 5, false), (6, 6, false)]
     );
     assert_eq!(w.state().next_seq, 7);
+
+    // At most 3 records: a call of 1 and one of 3 go in separate appends.
+    let batcher = self::batcher(JournalLimits::default().with_max_txn_ops(4)).await;
+    let (_state, w) = writer(2);
+    let _answers: Vec<_> = [1, 3].map(|n| call(&batcher, &w, n)).into();
+    assert_eq!(batcher.take()[0].records, 1);
 }
 
 #[tokio::test]
@@ -302,6 +308,11 @@ async fn a_transaction_takes_journals_while_their_puts_fit_etcds_operations_limi
     let _answers: Vec<_> = writers.iter().map(|(_, w)| call(&batcher, w, 4)).collect();
     assert_eq!(sessions(&batcher.take()), [1, 2, 3, 4]);
     assert_eq!(sessions(&batcher.take()), [5]);
+    // One operation fewer: the fourth append's five puts no longer fit.
+    let batcher = self::batcher(JournalLimits::default().with_max_txn_ops(19)).await;
+    let writers: Vec<_> = (1..=5).map(writer).collect();
+    let _answers: Vec<_> = writers.iter().map(|(_, w)| call(&batcher, w, 4)).collect();
+    assert_eq!(sessions(&batcher.take()), [1, 2, 3]);
 }
 
 #[tokio::test]
