@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::nospace;
 use leasehold::admin::Admin;
 use leasehold::testing::{AppendHistory, check_journal};
-use leasehold::{ConnectOptions, Connection, Journal, JournalWriteError, Uuid};
+use leasehold::{AcquireError, ConnectOptions, Connection, Journal, JournalWriteError, Uuid};
 
 /// One record: 200 kB. Five of them are one append (about 1 MB, under etcd's 1.5 MiB).
 const RECORD: usize = 200_000;
@@ -199,10 +199,20 @@ async fn an_operator_trims_a_journal_that_filled_etcd_with_leasehold_journal_tri
     let session = Uuid::new_v4();
     let lease = store.acquire_lease(session).await.unwrap();
     let journal = store.open_journal(session, Some(&lease)).await.unwrap();
+    // A second store, connected while etcd still grants leases; it writes nothing yet.
+    let other = etcd.store("b", 10).await;
 
     // --- phase: one journal fills etcd
     let tip = fill(&[&journal], &mut [AppendHistory::default()]).await[0];
     assert!(nospace::nospace(&etcd.raw).await, "etcd raised NOSPACE");
+    // An acquisition refused for space raises the alarm of its own store.
+    assert!(!*other.nospace_alarm().borrow());
+    let refused = other.acquire_lease(Uuid::new_v4()).await.unwrap_err();
+    assert!(
+        matches!(&refused, AcquireError::Etcd(error) if error.is_no_space()),
+        "{refused:?}"
+    );
+    assert!(*other.nospace_alarm().borrow(), "raised by the acquisition");
 
     // --- phase: `leasehold journal trim` under the alarm, and `leasehold check`
     let before = tip.to_string();
@@ -229,6 +239,12 @@ async fn an_operator_trims_a_journal_that_filled_etcd_with_leasehold_journal_tri
         .expect("answered")
         .expect("appends resume once disarmed");
     assert_eq!(appended.first_seq, tip + 1);
+    // The other store's next acquisition is accepted, and clears its alarm.
+    other.acquire_lease(Uuid::new_v4()).await.unwrap();
+    assert!(
+        !*other.nospace_alarm().borrow(),
+        "cleared by an accepted acquisition"
+    );
     let check = leasehold(&etcd, &["check"]).await;
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));
 }

@@ -151,6 +151,8 @@ async fn a_store_whose_role_no_longer_covers_its_namespace_loses_every_lease() {
         }
         other => panic!("not the permission error: {other:?}"),
     }
+    // A refusal for permission says nothing about space.
+    assert!(!*store.nospace_alarm().borrow());
     let waited = timeout(
         Duration::from_secs(5),
         store.acquire_lease_wait(Uuid::new_v4(), Duration::from_secs(30)),
