@@ -20,6 +20,8 @@ pub enum ProxyMode {
     Blackhole,
     /// Forward requests; discard replies.
     DropReplies,
+    /// Forward requests; hold replies until the mode changes: a member that answers late.
+    HoldReplies,
     /// Close every connection, and each new one at once.
     Reject,
 }
@@ -40,10 +42,13 @@ enum Direction {
 /// | [`Pass`](ProxyMode::Pass) | proxied | forwarded | forwarded |
 /// | [`Blackhole`](ProxyMode::Blackhole) | accepted, silent | held | held |
 /// | [`DropReplies`](ProxyMode::DropReplies) | proxied | forwarded | discarded |
+/// | [`HoldReplies`](ProxyMode::HoldReplies) | proxied | forwarded | held |
 /// | [`Reject`](ProxyMode::Reject) | closed at once | connections closed | connections closed |
 ///
 /// A blackhole behaves like a network partition that TCP rides out: bytes are held, not lost,
-/// and flow again in order on [`heal`](FaultProxy::heal). Dropping replies lets requests reach
+/// and flow again in order on [`heal`](FaultProxy::heal). Holding replies does so one way:
+/// etcd answers every request and the client hears each answer late (after its timeout, for
+/// requests it has given up on by then). Dropping replies lets requests reach
 /// etcd (and commit) while the client never hears back: the "outcome unknown" case. A
 /// connection that lost bytes can never be trusted again, so leaving `DropReplies` closes every
 /// connection that dropped anything. [`cut`](FaultProxy::cut) closes the open connections once
@@ -128,6 +133,11 @@ impl FaultProxy {
     /// Lets requests through and discards replies.
     pub fn drop_replies(&self) {
         self.set_mode(ProxyMode::DropReplies);
+    }
+
+    /// Lets requests through and holds replies until healed.
+    pub fn hold_replies(&self) {
+        self.set_mode(ProxyMode::HoldReplies);
     }
 
     /// Closes every connection and refuses new ones until healed.
@@ -274,7 +284,7 @@ async fn pump(
     let mut carry: Vec<u8> = Vec::new();
     loop {
         // Read only while bytes may move; a blackhole holds them in the kernel's buffers.
-        if !wait_while_blackholed(&mut mode).await {
+        if !wait_while_held(&mut mode, direction).await {
             return;
         }
         let read = tokio::select! {
@@ -290,7 +300,7 @@ async fn pump(
             Ok(n) => n,
         };
         // Bytes read just before a blackhole began are held until it ends.
-        if !wait_while_blackholed(&mut mode).await {
+        if !wait_while_held(&mut mode, direction).await {
             return;
         }
         if direction == Direction::Reply && *mode.borrow() == ProxyMode::DropReplies {
@@ -318,13 +328,15 @@ async fn pump(
     }
 }
 
-/// Waits while the mode is `Blackhole`; false when the connection must close.
-async fn wait_while_blackholed(mode: &mut watch::Receiver<ProxyMode>) -> bool {
+/// Waits while the mode holds bytes going in `direction`; false when the connection must
+/// close.
+async fn wait_while_held(mode: &mut watch::Receiver<ProxyMode>, direction: Direction) -> bool {
     loop {
         match *mode.borrow_and_update() {
             ProxyMode::Blackhole => {}
+            ProxyMode::HoldReplies if direction == Direction::Reply => {}
             ProxyMode::Reject => return false,
-            ProxyMode::Pass | ProxyMode::DropReplies => return true,
+            ProxyMode::Pass | ProxyMode::DropReplies | ProxyMode::HoldReplies => return true,
         }
         if mode.changed().await.is_err() {
             return false;
@@ -383,6 +395,35 @@ mod tests {
         client.write_all(b"ping").await.unwrap();
         assert_eq!(read_some(&mut client, LONG).await.unwrap(), b"ping");
         assert_eq!(proxy.open_connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn held_replies_come_late_and_in_order_while_requests_go_through() {
+        let (server, mut received) = echo_server().await;
+        let proxy = FaultProxy::start(&server.to_string()).await.unwrap();
+        let mut client = TcpStream::connect(proxy.local).await.unwrap();
+        proxy.hold_replies();
+        client.write_all(b"a").await.unwrap();
+        assert_eq!(
+            received.recv().await.unwrap(),
+            b"a",
+            "the request went through"
+        );
+        client.write_all(b"b").await.unwrap();
+        assert_eq!(received.recv().await.unwrap(), b"b");
+        assert_eq!(read_some(&mut client, SHORT).await, None, "no reply yet");
+
+        proxy.heal();
+        let mut echoed = Vec::new();
+        while echoed.len() < 2 {
+            echoed.extend(read_some(&mut client, LONG).await.unwrap());
+        }
+        assert_eq!(echoed, b"ab");
+        assert_eq!(
+            proxy.open_connections(),
+            1,
+            "nothing was lost: the connection stays"
+        );
     }
 
     #[tokio::test]

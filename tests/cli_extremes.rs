@@ -23,6 +23,7 @@ const NUMERIC: &[&str] = &[
     "ttl",
     "margin",
     "connect-timeout",
+    "max-in-flight",
     "sessions",
     "max-sessions",
     "interval",

@@ -28,8 +28,9 @@ const TTL: u64 = 10;
 const SNAPSHOT_PAGE: usize = 1000;
 /// Acquisitions sent while etcd's replies are dropped (phase 4). Small enough that their
 /// requests fit in the HTTP/2 flow-control window etcd granted (64 KiB at least) without
-/// etcd's window updates, which are dropped too.
-const PROBE: usize = 128;
+/// etcd's window updates, which are dropped too, and in the store's window of requests in
+/// flight (`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`, 128) with room for its other requests.
+const PROBE: usize = 100;
 
 /// What etcd has served, from its own Prometheus counters (`/metrics` on the client port).
 #[derive(Clone, Copy, Debug, Default)]

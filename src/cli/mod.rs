@@ -90,6 +90,15 @@ pub(crate) struct Common {
     /// long, and an operator command's write whose outcome is unknown is re-sent for this long.
     #[arg(long, default_value_t = 5, global = true)]
     connect_timeout: u64,
+    /// How many requests may be in flight on the connection to one endpoint at once; more wait
+    /// their turn (at least 1).
+    #[arg(
+        long,
+        default_value_t = ConnectOptions::DEFAULT_MAX_IN_FLIGHT as u64,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000),
+        global = true
+    )]
+    max_in_flight: u64,
     /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.
     #[arg(
         long,
@@ -365,7 +374,12 @@ impl Common {
             .min(Duration::from_secs(self.connect_timeout.max(1)));
         options.tls = tls;
         options.credentials = credentials;
+        options.max_in_flight = self.max_in_flight();
         Ok(options)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        usize::try_from(self.max_in_flight).unwrap_or(usize::MAX)
     }
 
     fn retry(&self) -> RetryPolicy {
@@ -398,6 +412,7 @@ impl Common {
             .with_node(node)
             .with_ttl(Duration::from_secs(self.ttl), margin);
         options.retry = self.retry();
+        options.max_in_flight = self.max_in_flight();
         (options.tls, options.credentials) = self.security()?;
         Ok(options)
     }

@@ -24,6 +24,46 @@ struct Member {
     streams: Client,
     /// When `streams` last authenticated (see [`StreamClient::ready`]).
     stream_token: StreamToken,
+    /// The unary requests this member may have in flight
+    /// ([`ConnectOptions::max_in_flight`]); an attempt takes a permit before its timeout
+    /// starts, and holds it until it is answered or has timed out.
+    window: tokio::sync::Semaphore,
+    /// The window's size: its permits, whether taken or not.
+    window_size: AtomicUsize,
+}
+
+impl Member {
+    fn new(endpoint: String, client: Client, streams: Client, window: usize) -> Self {
+        let window = window_size(window);
+        Self {
+            endpoint,
+            client: std::sync::Mutex::new(Unary::new(client)),
+            streams,
+            stream_token: StreamToken::default(),
+            window: tokio::sync::Semaphore::new(window),
+            window_size: AtomicUsize::new(window),
+        }
+    }
+
+    /// Makes the window `size` requests wide. Exact while no request is in flight; a permit
+    /// taken now and not forgotten leaves the window that much wider.
+    fn resize_window(&self, size: usize) {
+        let size = window_size(size);
+        let was = self.window_size.swap(size, Ordering::AcqRel);
+        if size > was {
+            self.window.add_permits(size - was);
+        } else {
+            self.window.forget_permits(was - size);
+        }
+    }
+
+    /// A place in this member's window: waits while it is full.
+    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.window
+            .acquire()
+            .await
+            .expect("a member's window is never closed")
+    }
 }
 
 /// When a member's stream client last authenticated, shared by every opening on it; the lock
@@ -68,6 +108,11 @@ impl Member {
             (authenticate && !unary.authenticated.initialized()).then(|| unary.client.clone());
         (C::of(&unary.client), unary.authenticated.clone(), whole)
     }
+}
+
+/// A window of `size` requests, as a semaphore can hold it: at least 1.
+fn window_size(size: usize) -> usize {
+    size.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
 }
 
 /// What a request is made with: the whole client, or only its KV part. An
@@ -216,12 +261,12 @@ impl Connection {
             let streams = Client::connect([endpoint.as_str()], Some(stream_options.clone()))
                 .await
                 .map_err(invalid)?;
-            members.push(Member {
-                stream_token: StreamToken::default(),
-                endpoint: endpoint.clone(),
-                client: std::sync::Mutex::new(Unary::new(client)),
+            members.push(Member::new(
+                endpoint.clone(),
+                client,
                 streams,
-            });
+                options.max_in_flight,
+            ));
         }
         let connection = Self {
             members: members.into(),
@@ -273,12 +318,12 @@ impl Connection {
     /// A connection through `client` alone, named `endpoint`, not yet checked.
     fn through(endpoint: String, client: Client, retry: RetryPolicy) -> Self {
         Self {
-            members: vec![Member {
+            members: vec![Member::new(
                 endpoint,
-                client: std::sync::Mutex::new(Unary::new(client.clone())),
-                streams: client,
-                stream_token: StreamToken::default(),
-            }]
+                client.clone(),
+                client,
+                ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
+            )]
             .into(),
             preferred: Arc::new(AtomicUsize::new(0)),
             retry,
@@ -287,6 +332,17 @@ impl Connection {
             answered: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// Sets how many unary requests may be in flight on one endpoint's connection at once
+    /// ([`ConnectOptions::max_in_flight`]; 0 counts as 1), for this connection and its clones.
+    /// Meant for a connection being built (as [`from_client`](Self::from_client)'s is):
+    /// requests in flight meanwhile may leave the window wider than asked.
+    pub fn with_max_in_flight(self, requests: usize) -> Self {
+        for member in self.members.iter() {
+            member.resize_window(requests);
+        }
+        self
     }
 
     /// Sets how long one attempt of a request may take before it fails as outcome unknown
@@ -544,6 +600,7 @@ impl Connection {
         // On the heap: a request's future is some 6 KiB, and every future that holds it is
         // moved as it is awaited.
         let attempt = Box::pin(async { f(self.unary(member).await?).await });
+        let _permit = member.permit().await;
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
@@ -635,6 +692,7 @@ impl Connection {
             let member = &self.members[index];
             let sent =
                 Box::pin(async { f(self.unary(member).await?, member.endpoint.clone()).await });
+            let permit = member.permit().await;
             // Bounded here whatever the client is: one built by the user may have no timeout.
             let answered = match tokio::time::timeout(self.request_timeout, sent).await {
                 Ok(answered) => {
@@ -649,6 +707,8 @@ impl Connection {
                     ))
                 }
             };
+            // Not held through a backoff.
+            drop(permit);
             match answered {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
@@ -724,6 +784,51 @@ mod tests {
                 proptest::prop_assert!(pause <= max.max(initial));
             }
         }
+    }
+
+    /// Requests over a member's window wait their turn, and their attempt's timeout starts
+    /// only once they are in: five requests of 300 ms through a window of two all succeed
+    /// with a 500 ms timeout, the last after 900 ms, and never more than two are in flight.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_window_queues_requests_before_their_timeouts_start() {
+        use std::sync::atomic::AtomicUsize;
+        let connection = Connection::unconnected("http://127.0.0.1:1")
+            .await
+            .with_max_in_flight(2);
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let request = || async {
+            let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(in_flight, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, etcd_client::Error>(())
+        };
+        let timeout = Duration::from_millis(500);
+        let started = Instant::now();
+        let attempts = (0..3).map(|_| connection.attempt("test", timeout, |_| request()));
+        let reads = (0..2).map(|_| {
+            let connection = connection.clone().with_request_timeout(timeout);
+            let request = &request;
+            async move { connection.read("test", |_: KvClient, _| request()).await }
+        });
+        let (attempts, reads) = tokio::join!(
+            futures_util::future::join_all(attempts),
+            futures_util::future::join_all(reads)
+        );
+        for answered in attempts.into_iter().chain(reads) {
+            answered.expect("no request timed out while it waited for the window");
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2, "the window's width");
+        assert_eq!(started.elapsed(), Duration::from_millis(900), "three turns");
+
+        // A window made wider lets more in.
+        let connection = connection.with_max_in_flight(5);
+        most.store(0, Ordering::SeqCst);
+        let attempts = (0..5).map(|_| connection.attempt("test", timeout, |_| request()));
+        for answered in futures_util::future::join_all(attempts).await {
+            answered.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 5);
     }
 
     #[test]

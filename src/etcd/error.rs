@@ -397,10 +397,21 @@ fn classify_status(status: &tonic::Status) -> FailureClass {
             FailureClass::Rejected
         }
         Code::InvalidArgument if message.contains(ETCD_AUTH_OLD_REVISION) => FailureClass::Rejected,
+        // The client's own HTTP/2 layer ended the stream: a GOAWAY (h2's
+        // `too_many_internal_resets` comes as ResourceExhausted), a reset. Not etcd's verdict,
+        // whatever the code, and the request may have been sent.
+        _ if from_transport(status) => FailureClass::OutcomeUnknown,
         // Permission denied, credentials refused, invalid token (etcd-client already tried a
         // fresh one): the same request fails the same way. Never retried.
         _ => FailureClass::Permanent,
     }
+}
+
+/// Whether the client's transport made `status` rather than etcd: tonic gives a status it makes
+/// from an h2 or hyper error that error as its source; one read from etcd's trailers has none.
+fn from_transport(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    status.source().is_some()
 }
 
 /// Whether an `Unavailable` status comes from failing to open a connection, so the request was
@@ -459,6 +470,32 @@ mod tests {
             class_of(Status::out_of_range(
                 "etcdserver: mvcc: required revision has been compacted"
             )),
+            FailureClass::Permanent
+        );
+    }
+
+    #[test]
+    fn a_connection_its_own_http2_layer_closed_is_outcome_unknown_not_permanent() {
+        use std::sync::Arc;
+        use tonic::Status;
+        // What tonic makes of h2's GOAWAY(ENHANCE_YOUR_CALM, too_many_internal_resets).
+        let mut goaway = Status::resource_exhausted(
+            "h2 protocol error: connection error detected: too_many_internal_resets",
+        );
+        goaway.set_source(Arc::new(std::io::Error::other("GoAway(ENHANCE_YOUR_CALM)")));
+        assert_eq!(class_of(goaway), FailureClass::OutcomeUnknown);
+        let mut inadequate = Status::permission_denied("h2 protocol error: INADEQUATE_SECURITY");
+        inadequate.set_source(Arc::new(std::io::Error::other("INADEQUATE_SECURITY")));
+        assert_eq!(class_of(inadequate), FailureClass::OutcomeUnknown);
+        // etcd's own refusals, read from its trailers, carry no source.
+        assert_eq!(
+            class_of(Status::resource_exhausted(
+                "etcdserver: mvcc: database space exceeded"
+            )),
+            FailureClass::Permanent
+        );
+        assert_eq!(
+            class_of(Status::permission_denied("etcdserver: permission denied")),
             FailureClass::Permanent
         );
     }

@@ -60,9 +60,20 @@ pub struct ConnectOptions {
     /// A user and password for etcd's authentication (`etcdctl --user`). `None`: no
     /// authentication.
     pub credentials: Option<Credentials>,
+    /// How many unary requests may be in flight on one endpoint's connection at once; more
+    /// wait their turn (in order) before their attempt's timeout starts. However many
+    /// sessions a store hosts, etcd sees at most this many of its requests at a time, and
+    /// few attempts are cancelled (each cancelled one counts towards the reset limit at which
+    /// the HTTP/2 layer closes a connection). At least 1.
+    pub max_in_flight: usize,
 }
 
 impl ConnectOptions {
+    /// [`max_in_flight`](Self::max_in_flight) unless set: enough to keep a member busy (a
+    /// batched transaction carries many sessions), few enough that a member which stalls has
+    /// no more than this many attempts cancelled by their timeouts.
+    pub const DEFAULT_MAX_IN_FLIGHT: usize = 128;
+
     /// Options for `endpoints`, with the defaults: 3 s to connect, 5 s a request, and the
     /// default [`RetryPolicy`].
     pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
@@ -73,6 +84,7 @@ impl ConnectOptions {
             retry: RetryPolicy::default(),
             tls: None,
             credentials: None,
+            max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
         }
     }
 
@@ -104,6 +116,13 @@ impl ConnectOptions {
     /// Sets how long one unary request may take.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets how many unary requests may be in flight on one endpoint's connection (see
+    /// [`max_in_flight`](Self::max_in_flight)); 0 counts as 1.
+    pub fn with_max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests;
         self
     }
 }

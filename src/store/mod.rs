@@ -188,6 +188,7 @@ impl Store {
         connect.request_timeout = options.request_timeout;
         connect.tls = options.tls.clone();
         connect.credentials = options.credentials.clone();
+        connect.max_in_flight = options.max_in_flight;
         let connection = Connection::connect(connect)
             .await
             .map_err(StoreError::Connect)?;
@@ -207,7 +208,8 @@ impl Store {
         let connection = Connection::from_client(client, options.retry.clone())
             .await
             .map_err(StoreError::Connect)?
-            .with_request_timeout(options.request_timeout);
+            .with_request_timeout(options.request_timeout)
+            .with_max_in_flight(options.max_in_flight);
         Self::start(connection, options).await
     }
 

@@ -52,6 +52,13 @@ pub struct StoreOptions {
     pub tls: Option<TlsOptions>,
     /// etcd's authentication: a user and password; see [`Credentials`].
     pub credentials: Option<Credentials>,
+    /// How many requests may be in flight on the connection to one endpoint at once, however
+    /// many sessions the store hosts; see [`ConnectOptions::max_in_flight`]. Default
+    /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`].
+    ///
+    /// [`ConnectOptions::max_in_flight`]: crate::ConnectOptions::max_in_flight
+    /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`]: crate::ConnectOptions::DEFAULT_MAX_IN_FLIGHT
+    pub max_in_flight: usize,
     /// A deliberately broken append, for tests of checkers; see
     /// [`with_mutant`](Self::with_mutant).
     #[cfg(feature = "testing")]
@@ -75,6 +82,7 @@ impl StoreOptions {
             replay: ReplayOptions::default(),
             tls: None,
             credentials: None,
+            max_in_flight: crate::ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
             #[cfg(feature = "testing")]
             mutant: Mutant::None,
         }
@@ -131,6 +139,13 @@ impl StoreOptions {
     /// Sets how long one read may take (and a foreground delete is re-sent).
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets how many requests may be in flight on the connection to one endpoint at once
+    /// (see [`max_in_flight`](Self::max_in_flight)); 0 counts as 1.
+    pub fn with_max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests;
         self
     }
 
