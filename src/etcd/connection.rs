@@ -57,12 +57,17 @@ impl Member {
         }
     }
 
-    /// A place in this member's window: waits while it is full.
-    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
-        self.window
-            .acquire()
-            .await
-            .expect("a member's window is never closed")
+    /// A place in this member's window, waiting at most `patience` while it is full; else the
+    /// request fails unsent, for another endpoint or a later attempt to take.
+    async fn permit(
+        &self,
+        operation: &'static str,
+        patience: Duration,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, EtcdError> {
+        match tokio::time::timeout(patience, self.window.acquire()).await {
+            Ok(permit) => Ok(permit.expect("a member's window is never closed")),
+            Err(_) => Err(EtcdError::window_full(operation, &self.endpoint, patience)),
+        }
     }
 }
 
@@ -600,7 +605,8 @@ impl Connection {
         // On the heap: a request's future is some 6 KiB, and every future that holds it is
         // moved as it is awaited.
         let attempt = Box::pin(async { f(self.unary(member).await?).await });
-        let _permit = member.permit().await;
+        // Waiting for the window is not part of the attempt: its timeout starts once in.
+        let _permit = member.permit(operation, timeout).await?;
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
@@ -692,23 +698,23 @@ impl Connection {
             let member = &self.members[index];
             let sent =
                 Box::pin(async { f(self.unary(member).await?, member.endpoint.clone()).await });
-            let permit = member.permit().await;
             // Bounded here whatever the client is: one built by the user may have no timeout.
-            let answered = match tokio::time::timeout(self.request_timeout, sent).await {
-                Ok(answered) => {
-                    answered.map_err(|e| EtcdError::new(operation, &member.endpoint, e))
-                }
-                Err(_) => {
-                    Box::pin(self.reconnect(member)).await;
-                    Err(EtcdError::timed_out(
-                        operation,
-                        &member.endpoint,
-                        self.request_timeout,
-                    ))
-                }
+            let answered = match member.permit(operation, self.request_timeout).await {
+                Err(full) => Err(full),
+                Ok(_permit) => match tokio::time::timeout(self.request_timeout, sent).await {
+                    Ok(answered) => {
+                        answered.map_err(|e| EtcdError::new(operation, &member.endpoint, e))
+                    }
+                    Err(_) => {
+                        Box::pin(self.reconnect(member)).await;
+                        Err(EtcdError::timed_out(
+                            operation,
+                            &member.endpoint,
+                            self.request_timeout,
+                        ))
+                    }
+                },
             };
-            // Not held through a backoff.
-            drop(permit);
             match answered {
                 Ok(value) => {
                     self.preferred.store(index, Ordering::Relaxed);
@@ -787,48 +793,72 @@ mod tests {
     }
 
     /// Requests over a member's window wait their turn, and their attempt's timeout starts
-    /// only once they are in: five requests of 300 ms through a window of two all succeed
-    /// with a 500 ms timeout, the last after 900 ms, and never more than two are in flight.
+    /// only once they are in: four requests of 300 ms through a window of two all succeed with
+    /// a 500 ms timeout, the last two after 600 ms, and never more than two are in flight.
     #[tokio::test(start_paused = true)]
     async fn a_full_window_queues_requests_before_their_timeouts_start() {
-        use std::sync::atomic::AtomicUsize;
         let connection = Connection::unconnected("http://127.0.0.1:1")
             .await
             .with_max_in_flight(2);
         let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let request = || async {
-            let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
-            most.fetch_max(in_flight, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            now.fetch_sub(1, Ordering::SeqCst);
-            Ok::<_, etcd_client::Error>(())
+        let request = |lasts: u64| {
+            let (now, most) = (&now, &most);
+            async move {
+                let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(in_flight, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(lasts)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, etcd_client::Error>(())
+            }
         };
         let timeout = Duration::from_millis(500);
         let started = Instant::now();
-        let attempts = (0..3).map(|_| connection.attempt("test", timeout, |_| request()));
-        let reads = (0..2).map(|_| {
+        let attempts = (0..3).map(|_| connection.attempt("test", timeout, |_| request(300)));
+        let read = {
             let connection = connection.clone().with_request_timeout(timeout);
-            let request = &request;
-            async move { connection.read("test", |_: KvClient, _| request()).await }
-        });
-        let (attempts, reads) = tokio::join!(
-            futures_util::future::join_all(attempts),
-            futures_util::future::join_all(reads)
-        );
-        for answered in attempts.into_iter().chain(reads) {
+            async move { connection.read("test", |_: KvClient, _| request(300)).await }
+        };
+        let (attempts, read) = tokio::join!(futures_util::future::join_all(attempts), read);
+        for answered in attempts.into_iter().chain([read]) {
             answered.expect("no request timed out while it waited for the window");
         }
         assert_eq!(most.load(Ordering::SeqCst), 2, "the window's width");
-        assert_eq!(started.elapsed(), Duration::from_millis(900), "three turns");
+        assert_eq!(started.elapsed(), Duration::from_millis(600), "two turns");
 
         // A window made wider lets more in.
         let connection = connection.with_max_in_flight(5);
         most.store(0, Ordering::SeqCst);
-        let attempts = (0..5).map(|_| connection.attempt("test", timeout, |_| request()));
+        let attempts = (0..5).map(|_| connection.attempt("test", timeout, |_| request(300)));
         for answered in futures_util::future::join_all(attempts).await {
             answered.unwrap();
         }
         assert_eq!(most.load(Ordering::SeqCst), 5);
+    }
+
+    /// A request that waits for the window longer than its attempt's timeout is not sent: it
+    /// fails as certainly not applied, for the next endpoint or a later attempt.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_the_window_keeps_out_too_long_fails_unsent() {
+        let connection = Connection::unconnected("http://127.0.0.1:1")
+            .await
+            .with_max_in_flight(1);
+        let sent = AtomicUsize::new(0);
+        let request = |lasts: u64| {
+            let sent = &sent;
+            async move {
+                sent.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(lasts)).await;
+                Ok::<_, etcd_client::Error>(())
+            }
+        };
+        let (first, second) = tokio::join!(
+            connection.attempt("first", Duration::from_millis(500), |_| request(400)),
+            connection.attempt("second", Duration::from_millis(300), |_| request(10)),
+        );
+        first.unwrap();
+        let error = second.expect_err("kept out of the window for 300 ms");
+        assert_eq!(error.class(), FailureClass::NotSent, "{error:?}");
+        assert_eq!(sent.load(Ordering::SeqCst), 1, "the second was never sent");
     }
 
     #[test]

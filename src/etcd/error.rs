@@ -86,6 +86,19 @@ impl EtcdError {
         Self::new(operation, endpoint, etcd_client::Error::GRpcStatus(status))
     }
 
+    /// A request never sent: `endpoint`'s window of requests in flight
+    /// ([`ConnectOptions::max_in_flight`](crate::ConnectOptions::max_in_flight)) stayed full
+    /// for `after`. Certainly not applied; the next endpoint may have room.
+    pub(crate) fn window_full(operation: &'static str, endpoint: &str, after: Duration) -> Self {
+        let status = tonic::Status::unavailable(format!(
+            "not sent: the window of requests in flight stayed full for {after:?}"
+        ));
+        Self {
+            class: FailureClass::NotSent,
+            ..Self::new(operation, endpoint, etcd_client::Error::GRpcStatus(status))
+        }
+    }
+
     /// An attempt abandoned because the store shut down: it may still be applied.
     pub(crate) fn stopped(operation: &'static str) -> Self {
         let status = tonic::Status::cancelled("the store is shutting down");
