@@ -333,6 +333,7 @@ pub(crate) fn encode_base(seq: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(BASE_LEN);
     out.push(VERSION);
     out.extend_from_slice(&seq.to_be_bytes());
+    debug_assert_eq!(out.len(), BASE_LEN);
     out
 }
 
