@@ -14,40 +14,19 @@
 //! closed while the 200 are still waiting. With the connection's window (128 requests in flight at
 //! most) the same load never gets near the limit.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
 use std::time::Duration;
 
+use common::resets::ResetLimits;
 use leasehold::testing::{EtcdNode, FaultProxy, etcd_metric, wait_for};
 use leasehold::{ConnectOptions, Connection, EtcdError, FailureClass};
 use tokio::time::sleep;
-use tracing::Level;
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 
 const FIRST: usize = 1500;
 const SECOND: usize = 200;
 /// The connection's request timeout: the second wave must be sent within it of the first.
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Counts h2's warnings that a connection reached its limit of locally reset streams.
-#[derive(Clone, Default)]
-struct ResetLimits(Arc<AtomicUsize>);
-
-impl<S: tracing::Subscriber> Layer<S> for ResetLimits {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        struct Message(bool);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0 |= format!("{value:?}").contains("locally-reset streams reached limit");
-            }
-        }
-        let mut message = Message(false);
-        event.record(&mut message);
-        if message.0 {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
 
 /// Puts `count` keys starting with `prefix` at once, in a task of their own. The keys are
 /// short and the values empty: every request must reach etcd although its window updates
@@ -119,12 +98,7 @@ fn connection_options(proxy: &FaultProxy, max_in_flight: usize) -> ConnectOption
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_cut_by_the_clients_own_http2_layer_are_outcome_unknown_and_the_window_avoids_it()
 {
-    let resets = ResetLimits::default();
-    let h2_warnings = tracing_subscriber::filter::Targets::new().with_target("h2", Level::WARN);
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(resets.clone().with_filter(h2_warnings)),
-    )
-    .expect("the only subscriber of this binary");
+    let resets = ResetLimits::install();
     let etcd = EtcdNode::start().await.expect("etcd starts");
 
     // --- no window: h2 closes the connection under the second wave
@@ -133,7 +107,7 @@ async fn requests_cut_by_the_clients_own_http2_layer_are_outcome_unknown_and_the
         .await
         .expect("connects");
     let second = waves(&etcd, &connection, &proxy, "u").await;
-    let closed = resets.0.load(Ordering::SeqCst);
+    let closed = resets.count();
     let cut: Vec<&EtcdError> = second
         .iter()
         .filter_map(|put| put.as_ref().err())
@@ -176,7 +150,7 @@ async fn requests_cut_by_the_clients_own_http2_layer_are_outcome_unknown_and_the
     sleep(2 * TIMEOUT + Duration::from_millis(500)).await;
     proxy.heal();
     let outcomes = all.await.unwrap();
-    let closed_windowed = resets.0.load(Ordering::SeqCst) - closed;
+    let closed_windowed = resets.count() - closed;
     let answered = outcomes.iter().filter(|put| put.is_ok()).count();
     println!(
         "window {window}: {closed_windowed} connection(s) closed; {answered} of {} answered",

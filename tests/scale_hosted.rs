@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::resets::ResetLimits;
 use leasehold::testing::{EtcdNode, FaultProxy, etcd_metric, random_namespace, wait_for};
 use leasehold::{CancellationToken, HostEvent, HostOptions, Rig, SessionHost, Store, StoreOptions};
 use tokio::time::{Instant, sleep};
-use tracing::Level;
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
 use uuid::Uuid;
 
 const SESSIONS: usize = 10_000;
@@ -32,29 +31,6 @@ const SESSIONS: usize = 10_000;
 const HELD: Duration = Duration::from_millis(2500);
 /// From the node's start: every session must be owned by then.
 const ALL_OWNED_WITHIN: Duration = Duration::from_secs(90);
-
-/// Counts h2's warnings that a connection reached its limit of locally reset streams (each
-/// followed by the connection's `GOAWAY`).
-#[derive(Clone, Default)]
-struct ResetLimits(Arc<AtomicUsize>);
-
-impl<S: tracing::Subscriber> Layer<S> for ResetLimits {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        struct Message(bool);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0 |= format!("{value:?}").contains("locally-reset streams reached limit");
-            }
-        }
-        if event.metadata().target().starts_with("h2") {
-            let mut message = Message(false);
-            event.record(&mut message);
-            if message.0 {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    }
-}
 
 async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
     stop.cancelled().await;
@@ -86,8 +62,7 @@ async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run
         .with_max_in_flight(max_in_flight);
     let store = Arc::new(Store::connect(options).await.expect("store connects"));
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let (txns_before, resets_before) =
-        (txns(etcd.endpoint()).await, resets.0.load(Ordering::SeqCst));
+    let (txns_before, resets_before) = (txns(etcd.endpoint()).await, resets.count());
 
     let host = SessionHost::start(store.clone(), HostOptions::default(), sessions, idle);
     let mut events = host.events();
@@ -120,7 +95,7 @@ async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run
     let run = Run {
         txns_per_session: (txns(etcd.endpoint()).await - txns_before) / SESSIONS as f64,
         open_failures: open_failures.load(Ordering::SeqCst),
-        reset_limits: resets.0.load(Ordering::SeqCst) - resets_before,
+        reset_limits: resets.count() - resets_before,
     };
     println!(
         "window {max_in_flight}: {} of {SESSIONS} owned after {owned_after:?}; {:.2} txns per \
@@ -148,13 +123,7 @@ async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_thousand_hosted_sessions_are_all_owned_though_replies_come_after_their_timeouts() {
-    let resets = ResetLimits::default();
-    // h2's warnings alone: anything more would slow the node down.
-    let h2_warnings = tracing_subscriber::filter::Targets::new().with_target("h2", Level::WARN);
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(resets.clone().with_filter(h2_warnings)),
-    )
-    .expect("the only subscriber of this binary");
+    let resets = ResetLimits::install();
     let etcd = EtcdNode::start().await.expect("etcd starts");
 
     // --- the store's window: the connection stays up
