@@ -17,6 +17,7 @@
 //! leasehold's per-operation latencies over all rounds; for `scale`, where the acquisitions
 //! are pipelined, the gaps between one completion and the next.
 
+mod hosted;
 mod journal;
 mod lease;
 mod scale;
@@ -43,7 +44,7 @@ pub(crate) struct BenchArgs {
     /// Interleaved rounds per scenario (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Sessions held by the `scale` scenario, 1 to 1000000.
+    /// Sessions held by the `scale` scenario and hosted by `scale_hosted`, 1 to 1000000.
     #[arg(long, default_value_t = 10_000)]
     scale_sessions: usize,
 }
@@ -66,10 +67,11 @@ enum Scenario {
     HandoverGraceful,
     HandoverCrash,
     Scale,
+    ScaleHosted,
 }
 
 impl Scenario {
-    const EACH: [Scenario; 8] = [
+    const EACH: [Scenario; 9] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
@@ -78,6 +80,7 @@ impl Scenario {
         Scenario::HandoverGraceful,
         Scenario::HandoverCrash,
         Scenario::Scale,
+        Scenario::ScaleHosted,
     ];
 }
 
@@ -322,6 +325,7 @@ async fn bench(
             Scenario::HandoverGraceful => bench.handover_graceful().await?,
             Scenario::HandoverCrash => bench.handover_crash().await?,
             Scenario::Scale => bench.scale(args.scale_sessions).await?,
+            Scenario::ScaleHosted => bench.scale_hosted(args.scale_sessions).await?,
         }
     }
     Ok(())

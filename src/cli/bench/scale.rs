@@ -94,7 +94,7 @@ impl Bench {
 }
 
 /// This process's resident set, from /proc (0 where there is none).
-fn resident_bytes() -> u64 {
+pub(super) fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
