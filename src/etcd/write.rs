@@ -120,6 +120,50 @@ fn resend_timeout(policy: &WritePolicy, timed_out: u32) -> Duration {
         .min(policy.attempt_timeout.max(first))
 }
 
+/// How one write paces its sends after the first (see the module docs): no pause after an
+/// attempt that got no answer in time (it has waited already), a backoff after a fast failure;
+/// each re-send bounded by [`resend_timeout`], which grows once [`PATIENT_AFTER`] re-sends in a
+/// row got no answer.
+struct Pacing<'a> {
+    policy: &'a WritePolicy,
+    backoff: Backoff,
+    /// Re-sends made so far.
+    resends: u32,
+    /// How many re-sends in a row (the last ones) got no answer in time.
+    timed_out: u32,
+}
+
+impl<'a> Pacing<'a> {
+    fn new(policy: &'a WritePolicy) -> Self {
+        Self {
+            policy,
+            backoff: policy.backoff(),
+            resends: 0,
+            timed_out: 0,
+        }
+    }
+
+    /// A send failed (`unanswered`: it got no answer in time) and the same transaction goes
+    /// again: the pause before the re-send, and the re-send's timeout.
+    fn resend(&mut self, unanswered: bool) -> (Duration, Duration) {
+        let pause = if unanswered {
+            Duration::ZERO
+        } else {
+            self.backoff.next()
+        };
+        // Only re-sends count (the first attempt has a timeout of its own).
+        if self.resends > 0 {
+            self.timed_out = if unanswered {
+                self.timed_out.saturating_add(1)
+            } else {
+                0
+            };
+        }
+        self.resends = self.resends.saturating_add(1);
+        (pause, resend_timeout(self.policy, self.timed_out))
+    }
+}
+
 /// What the sends of one transaction have come to so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Sends {
@@ -262,12 +306,10 @@ pub(crate) async fn send(
     );
     let mut sends = Sends::NoneApplied;
     let mut unknown: Option<EtcdError> = None;
-    let mut backoff = policy.backoff();
     // This write's own endpoint: after a failure the next one, whatever other writes do.
     let mut endpoint = connection.preferred_index();
     let mut timeout = policy.attempt_timeout;
-    // Re-sends made so far, and how many in a row (the last ones) got no answer in time.
-    let (mut resends, mut timed_out) = (0u32, 0u32);
+    let mut pacing = Pacing::new(policy);
     loop {
         let attempt = tokio::select! {
             attempt = connection.attempt_on(endpoint, operation, timeout, |mut client| {
@@ -298,29 +340,14 @@ pub(crate) async fn send(
             Next::Resend(now) => {
                 tracing::debug!(operation, %error, ?now, "write failed; sending the same transaction again");
                 sends = now;
-                // An attempt that got no answer has waited already: move on at once. Fast
-                // failures (refused, no leader) back off.
                 let unanswered = error.code() == Some(tonic::Code::DeadlineExceeded);
-                let pause = if unanswered {
-                    Duration::ZERO
-                } else {
-                    backoff.next()
-                };
-                // Only re-sends count (the first attempt has a timeout of its own).
-                if resends > 0 {
-                    timed_out = if unanswered {
-                        timed_out.saturating_add(1)
-                    } else {
-                        0
-                    };
-                }
-                resends = resends.saturating_add(1);
+                let pause;
+                (pause, timeout) = pacing.resend(unanswered);
                 if kind == Attempt::Unknown {
                     // The first unknown failure is the one that may have applied.
                     unknown.get_or_insert(error);
                 }
                 endpoint = (endpoint + 1) % connection.len();
-                timeout = resend_timeout(policy, timed_out);
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => {}
@@ -485,6 +512,34 @@ mod tests {
         assert_eq!(resend_timeout(&huge, u32::MAX), Duration::MAX);
         let zero = WritePolicy::default().with_resend_timeout(Duration::ZERO);
         assert_eq!(resend_timeout(&zero, u32::MAX), Duration::ZERO);
+    }
+
+    /// Re-sends after sends that got no answer go at once, each within the re-send timeout,
+    /// which doubles once PATIENT_AFTER re-sends in a row got none (the first attempt, with a
+    /// timeout of its own, does not count); a fast failure backs off and starts the count over.
+    #[test]
+    fn re_sends_are_paced_by_what_the_sends_before_them_met() {
+        let ms = Duration::from_millis;
+        let policy = WritePolicy::default();
+        let mut pacing = Pacing::new(&policy);
+        // The first attempt and PATIENT_AFTER - 1 re-sends got no answer: still 250 ms each.
+        for _ in 0..PATIENT_AFTER {
+            assert_eq!(pacing.resend(true), (Duration::ZERO, ms(250)));
+        }
+        assert_eq!(pacing.resend(true), (Duration::ZERO, ms(500)));
+        assert_eq!(pacing.resend(true), (Duration::ZERO, ms(1000)));
+        // A fast failure: a pause of the policy's backoff (jittered up to as much again), and
+        // the count starts over.
+        let (pause, timeout) = pacing.resend(false);
+        assert!(
+            policy.initial_backoff <= pause && pause < policy.initial_backoff * 2,
+            "{pause:?}"
+        );
+        assert_eq!(timeout, ms(250));
+        for _ in 1..PATIENT_AFTER {
+            assert_eq!(pacing.resend(true), (Duration::ZERO, ms(250)));
+        }
+        assert_eq!(pacing.resend(true), (Duration::ZERO, ms(500)));
     }
 
     #[test]
