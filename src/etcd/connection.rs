@@ -602,11 +602,11 @@ impl Connection {
     {
         let index = index % self.members.len();
         let member = &self.members[index];
-        // On the heap: a request's future is some 6 KiB, and every future that holds it is
-        // moved as it is awaited.
-        let attempt = Box::pin(async { f(self.unary(member).await?).await });
         // Waiting for the window is not part of the attempt: its timeout starts once in.
         let _permit = member.permit(operation, timeout).await?;
+        // On the heap (once in the window, not while waiting): a request's future is some
+        // 6 KiB, and every future that holds it is moved as it is awaited.
+        let attempt = Box::pin(async { f(self.unary(member).await?).await });
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(value)) => {
                 self.preferred.store(index, Ordering::Relaxed);
@@ -696,24 +696,28 @@ impl Connection {
         loop {
             let index = (first + attempt) % n;
             let member = &self.members[index];
-            let sent =
-                Box::pin(async { f(self.unary(member).await?, member.endpoint.clone()).await });
-            // Bounded here whatever the client is: one built by the user may have no timeout.
             let answered = match member.permit(operation, self.request_timeout).await {
                 Err(full) => Err(full),
-                Ok(_permit) => match tokio::time::timeout(self.request_timeout, sent).await {
-                    Ok(answered) => {
-                        answered.map_err(|e| EtcdError::new(operation, &member.endpoint, e))
+                Ok(_permit) => {
+                    let sent = Box::pin(async {
+                        f(self.unary(member).await?, member.endpoint.clone()).await
+                    });
+                    // Bounded here whatever the client is: one built by the user may have no
+                    // timeout.
+                    match tokio::time::timeout(self.request_timeout, sent).await {
+                        Ok(answered) => {
+                            answered.map_err(|e| EtcdError::new(operation, &member.endpoint, e))
+                        }
+                        Err(_) => {
+                            Box::pin(self.reconnect(member)).await;
+                            Err(EtcdError::timed_out(
+                                operation,
+                                &member.endpoint,
+                                self.request_timeout,
+                            ))
+                        }
                     }
-                    Err(_) => {
-                        Box::pin(self.reconnect(member)).await;
-                        Err(EtcdError::timed_out(
-                            operation,
-                            &member.endpoint,
-                            self.request_timeout,
-                        ))
-                    }
-                },
+                }
             };
             match answered {
                 Ok(value) => {
