@@ -45,24 +45,20 @@ async fn txns(endpoint: &str) -> f64 {
         .expect("etcd counts its Txn requests")
 }
 
-struct Run {
-    txns_per_session: f64,
-    open_failures: usize,
-    reset_limits: usize,
-}
-
-/// Hosts [`SESSIONS`] sessions on one store through a proxy that holds etcd's replies for
-/// [`HELD`] right after the start; returns once every session is owned.
-async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run {
+/// One store, with the default window, hosts [`SESSIONS`] sessions through a proxy that holds
+/// etcd's replies for [`HELD`] right after the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_thousand_hosted_sessions_are_all_owned_though_replies_come_after_their_timeouts() {
+    let resets = ResetLimits::install();
+    let etcd = EtcdNode::start().await.expect("etcd starts");
     let proxy = FaultProxy::start(etcd.endpoint()).await.unwrap();
     let options = StoreOptions::new([proxy.endpoint()])
         .with_namespace(random_namespace())
         .with_node("a")
-        .with_ttl(Duration::from_secs(10), Duration::from_secs(1))
-        .with_max_in_flight(max_in_flight);
+        .with_ttl(Duration::from_secs(10), Duration::from_secs(1));
     let store = Arc::new(Store::connect(options).await.expect("store connects"));
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let (txns_before, resets_before) = (txns(etcd.endpoint()).await, resets.count());
+    let txns_before = txns(etcd.endpoint()).await;
 
     let host = SessionHost::start(store.clone(), HostOptions::default(), sessions, idle);
     let mut events = host.events();
@@ -92,25 +88,20 @@ async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run
     })
     .await;
     let owned_after = started.elapsed();
-    let run = Run {
-        txns_per_session: (txns(etcd.endpoint()).await - txns_before) / SESSIONS as f64,
-        open_failures: open_failures.load(Ordering::SeqCst),
-        reset_limits: resets.count() - resets_before,
-    };
+    let txns_per_session = (txns(etcd.endpoint()).await - txns_before) / SESSIONS as f64;
+    let (open_failures, closed) = (open_failures.load(Ordering::SeqCst), resets.count());
     println!(
-        "window {max_in_flight}: {} of {SESSIONS} owned after {owned_after:?}; {:.2} txns per \
-         session; {} failed opens; {} connection(s) closed at h2's reset limit",
+        "{} of {SESSIONS} owned after {owned_after:?}; {txns_per_session:.2} txns per session; \
+         {open_failures} failed opens; {closed} connection(s) closed at h2's reset limit",
         host.held_count(),
-        run.txns_per_session,
-        run.open_failures,
-        run.reset_limits
     );
-    owned.unwrap_or_else(|error| {
-        panic!(
-            "{error}: {} of {SESSIONS} owned with a window of {max_in_flight}",
-            host.held_count()
-        )
-    });
+    owned.unwrap_or_else(|error| panic!("{error}: {} of {SESSIONS} owned", host.held_count()));
+    assert_eq!(
+        closed, 0,
+        "no connection is closed for cancelled streams within the window"
+    );
+    assert_eq!(open_failures, 0, "no rig open failed");
+
     host.shutdown().await;
     counting.abort();
     drop(host);
@@ -118,24 +109,4 @@ async fn run(etcd: &EtcdNode, max_in_flight: usize, resets: &ResetLimits) -> Run
         .expect("the host let its store go")
         .close()
         .await;
-    run
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn ten_thousand_hosted_sessions_are_all_owned_though_replies_come_after_their_timeouts() {
-    let resets = ResetLimits::install();
-    let etcd = EtcdNode::start().await.expect("etcd starts");
-
-    // --- the store's window: the connection stays up
-    let windowed = run(
-        &etcd,
-        leasehold::ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
-        &resets,
-    )
-    .await;
-    assert_eq!(
-        windowed.reset_limits, 0,
-        "no connection is closed for cancelled streams within the window"
-    );
-    assert_eq!(windowed.open_failures, 0, "no rig open failed");
 }
