@@ -470,7 +470,7 @@ impl Admin {
         .await;
         match written {
             Written::Replied(response) if response.succeeded() => return Ok(owner),
-            Written::Unknown(error) | Written::Failed(error) => {
+            Written::Unknown(error) | Written::Failed(error) | Written::Refused { error, .. } => {
                 return Err(RevokeError::Etcd(error));
             }
             // Changed meanwhile, or an earlier send applied: read what is there now.

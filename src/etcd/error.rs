@@ -158,8 +158,13 @@ impl EtcdError {
     /// backend reached `--quota-backend-bytes` and its NOSPACE alarm is raised (this write
     /// raised it, or it was raised already). Until an operator clears the alarm, etcd refuses
     /// every write that puts a key or grants a lease, for every tenant of the cluster;
-    /// transactions that only delete, reads and lease renewals still pass. Nothing was
-    /// applied. Permanent until then (class [`Permanent`](FailureClass::Permanent)).
+    /// transactions that only delete, reads and lease renewals still pass. Permanent until then
+    /// (class [`Permanent`](FailureClass::Permanent)).
+    ///
+    /// It does not say that the write was not applied: etcd applies the write that takes its
+    /// backend past the quota, then answers it this way (its quota applier); the writes after
+    /// it are refused unapplied. leasehold's write path reads what such a write came to
+    /// before it reports anything.
     pub fn is_no_space(&self) -> bool {
         self.code == Some(tonic::Code::ResourceExhausted)
             && status_message(&self.source).is_some_and(|m| m.contains(ETCD_NO_SPACE))

@@ -26,6 +26,14 @@
 //!   or dropping one transaction while renewals get through does not hold its caller forever.
 //!   When the condition fails or the deadline passes and some send's outcome is unknown, one
 //!   linearizable read (the caller's) settles it where it can.
+//! - etcd's NOSPACE refusal is final, yet it does not say whether the send applied: etcd's
+//!   quota applier (`quotaApplierV3`) *applies* the transaction that takes the backend past
+//!   `--quota-backend-bytes`, then answers it NOSPACE and raises the alarm; the ones after it
+//!   are refused unapplied. So a send refused for space is never re-sent and never reported
+//!   as certainly not applied: the caller's read, made after the refusal, says which it was
+//!   ([`Written::Refused`]). No send refused so is pending any more, so what that read does not
+//!   show never applied, unless an earlier send's outcome was unknown (then it is resolved as
+//!   any unknown outcome is).
 //!
 //! The decision after each attempt is [`next`], a pure function of what the sends so far came
 //! to and what this one came to; it is unit-tested for every pair.
@@ -184,11 +192,17 @@ pub(crate) enum Attempt {
     Unknown,
     /// Refused, and sending it again would be refused the same way.
     Permanent,
+    /// Refused for space (etcd's NOSPACE), which is final but may have applied it (see the
+    /// module docs): only a read, made after it, can say.
+    RefusedForSpace,
 }
 
 impl Attempt {
-    fn of(class: FailureClass) -> Self {
-        match class {
+    fn of(error: &EtcdError) -> Self {
+        if error.is_no_space() {
+            return Attempt::RefusedForSpace;
+        }
+        match error.class() {
             FailureClass::NotSent | FailureClass::Rejected => Attempt::NotApplied,
             FailureClass::OutcomeUnknown => Attempt::Unknown,
             FailureClass::Permanent => Attempt::Permanent,
@@ -207,6 +221,9 @@ pub(crate) enum Next {
     Fail,
     /// Maybe applied, and not to be sent again: settle it by reading.
     Resolve,
+    /// Refused for space, and no send before it may have applied: read once. This send is no
+    /// longer pending, so what the read does not show never applied.
+    Check,
 }
 
 /// The decision table. `go_on` is the caller's condition (e.g. the lease is still valid).
@@ -220,10 +237,11 @@ pub(crate) fn next(sends: Sends, attempt: Attempt, go_on: bool) -> Next {
         (S::NoneApplied, A::NotApplied, true) => Next::Resend(S::NoneApplied),
         (S::NoneApplied, A::NotApplied, false) => Next::Fail,
         (S::NoneApplied, A::Permanent, _) => Next::Fail,
+        (S::NoneApplied, A::RefusedForSpace, _) => Next::Check,
         (_, A::Unknown, true) => Next::Resend(S::MaybeApplied),
         (S::MaybeApplied, A::NotApplied, true) => Next::Resend(S::MaybeApplied),
         // An earlier send may have applied: only a read can say.
-        (S::MaybeApplied, A::NotApplied | A::Permanent, _) => Next::Resolve,
+        (S::MaybeApplied, A::NotApplied | A::Permanent | A::RefusedForSpace, _) => Next::Resolve,
         (_, A::Unknown, false) => Next::Resolve,
     }
 }
@@ -285,6 +303,14 @@ pub(crate) enum Written {
     },
     /// The outcome stays unknown: no read was given, or it failed too.
     Unknown(EtcdError),
+    /// etcd refused a send for space (`error`, its NOSPACE), and no send before it may have
+    /// applied. That refusal is final but does not say whether the send applied (see the
+    /// module docs); `read` is the caller's resolving read, made after it (`None`: none was
+    /// given, or it failed). What the read does not show never applied, and never will.
+    Refused {
+        error: EtcdError,
+        read: Option<TxnResponse>,
+    },
     /// Certainly not applied.
     Failed(EtcdError),
 }
@@ -332,7 +358,7 @@ pub(crate) async fn send(
             // The attempt was abandoned mid-flight: it may have been applied.
             Attempt::Unknown
         } else {
-            Attempt::of(error.class())
+            Attempt::of(&error)
         };
         let go = !stop.is_cancelled() && tokio::time::Instant::now() < give_up && go_on();
         match next(sends, kind, go) {
@@ -354,6 +380,13 @@ pub(crate) async fn send(
                 }
             }
             Next::Fail => return Written::Failed(error),
+            Next::Check => {
+                let read = match resolve {
+                    Some(read) => read_once(connection, policy, read, stop).await.ok(),
+                    None => None,
+                };
+                return Written::Refused { error, read };
+            }
             Next::Resolve => {
                 let unknown = unknown.unwrap_or(error);
                 let Some(read) = resolve else {
@@ -404,11 +437,12 @@ mod tests {
     use super::*;
 
     const SENDS: [Sends; 2] = [Sends::NoneApplied, Sends::MaybeApplied];
-    const ATTEMPTS: [Attempt; 4] = [
+    const ATTEMPTS: [Attempt; 5] = [
         Attempt::Replied,
         Attempt::NotApplied,
         Attempt::Unknown,
         Attempt::Permanent,
+        Attempt::RefusedForSpace,
     ];
 
     /// The table, spelled out: (sends so far, this attempt, go on) → next.
@@ -422,12 +456,14 @@ mod tests {
             (S::NoneApplied, A::Unknown, true) => Next::Resend(S::MaybeApplied),
             (S::NoneApplied, A::Unknown, false) => Next::Resolve,
             (S::NoneApplied, A::Permanent, _) => Next::Fail,
+            (S::NoneApplied, A::RefusedForSpace, _) => Next::Check,
             (S::MaybeApplied, A::Replied, _) => Next::Accept,
             (S::MaybeApplied, A::NotApplied, true) => Next::Resend(S::MaybeApplied),
             (S::MaybeApplied, A::NotApplied, false) => Next::Resolve,
             (S::MaybeApplied, A::Unknown, true) => Next::Resend(S::MaybeApplied),
             (S::MaybeApplied, A::Unknown, false) => Next::Resolve,
             (S::MaybeApplied, A::Permanent, _) => Next::Resolve,
+            (S::MaybeApplied, A::RefusedForSpace, _) => Next::Resolve,
         }
     }
 
@@ -477,6 +513,26 @@ mod tests {
                 assert_eq!(sends, Sends::MaybeApplied);
             }
         }
+    }
+
+    /// etcd applies the transaction that crosses its quota and answers it NOSPACE: a refusal
+    /// for space is never taken as certainly not applied, nor sent again.
+    #[test]
+    fn a_write_refused_for_space_is_read_never_failed_nor_re_sent() {
+        for sends in SENDS {
+            for go_on in [true, false] {
+                let next = next(sends, Attempt::RefusedForSpace, go_on);
+                assert!(matches!(next, Next::Check | Next::Resolve), "{next:?}");
+            }
+        }
+        let space = EtcdError::new(
+            "append",
+            "(txn)",
+            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
+                "etcdserver: mvcc: database space exceeded",
+            )),
+        );
+        assert_eq!(Attempt::of(&space), Attempt::RefusedForSpace);
     }
 
     #[test]

@@ -173,6 +173,7 @@ impl Inner {
             }
             Written::Failed(error)
             | Written::Unknown(error)
+            | Written::Refused { error, .. }
             | Written::Resolved { unknown: error, .. } => {
                 tracing::warn!(key = %self.host_key, %error, "session host key delete deferred to the background");
                 shared.delete_in_background(vec![delete], node);

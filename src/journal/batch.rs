@@ -38,7 +38,10 @@
 //!   to decode (4 MiB: members' places holding large records of others, after their journals
 //!   were deleted and made anew) is read again member by member, and the members' reads
 //!   settle it as the one read would have;
-//! - certainly not applied (refused): each member on its own.
+//! - certainly not applied (refused), or refused for space (final, though etcd answers so the
+//!   transaction that crossed its quota after applying it): each member on its own. Had it
+//!   applied, each member's own compare fails on the tip it moved, and its `else` branch shows
+//!   its nonce: committed.
 
 use etcd_client::{Txn, TxnOp};
 
@@ -94,7 +97,11 @@ impl Batcher {
         match shared {
             Shared::Committed { revision } => members
                 .iter()
-                .map(|_| Sent::Committed { revision, by_read })
+                .map(|_| Sent::Committed {
+                    revision,
+                    by_read,
+                    for_space: false,
+                })
                 .collect(),
             Shared::Unknown(error) => members
                 .iter()
@@ -229,7 +236,11 @@ fn settle(members: &[&AppendTxn], written: Written) -> Shared {
             from_reads(&seen, unknown)
         }
         Written::Unknown(error) => Shared::Unknown(error),
-        Written::Failed(_) => Shared::Never,
+        // Certainly not applied; or refused for space, which is final but may have applied it
+        // (etcd applies the transaction that crosses its quota, then answers NOSPACE): each
+        // member on its own all the same. If the shared transaction applied, a member's own
+        // compare fails on the tip it moved and its `else` branch shows its nonce: committed.
+        Written::Failed(_) | Written::Refused { .. } => Shared::Never,
     }
 }
 
@@ -477,5 +488,11 @@ mod tests {
     fn no_answer_leaves_every_member_unknown_and_a_refusal_sends_each_on_its_own() {
         assert!(settled(Written::Unknown(unknown())).starts_with("Unknown("));
         assert_eq!(settled(Written::Failed(unknown())), "Never");
+        // Refused for space: final, so each member's own send settles whether it applied.
+        let refused = Written::Refused {
+            error: unknown(),
+            read: None,
+        };
+        assert_eq!(settled(refused), "Never");
     }
 }

@@ -19,6 +19,13 @@
 //!   the record), or the journal was deleted since the append read its tip (no tip, or one
 //!   created later; for a journal's first fence, which read no tip, any tip or none). Whose
 //!   record it was can no longer be read, so the outcome stays unknown;
+//! - refused for space (etcd's NOSPACE, which etcd also answers the transaction that took it
+//!   past its quota *after applying it*), with no earlier send that may have applied: one read
+//!   of `r/{first}`, the tip and the owner key, made after the refusal, settles it. Our nonce:
+//!   committed. Another record there, or none and no owner key at this epoch: fenced. None
+//!   under our owner key: not applied, and never will be (the refusal was final), so the
+//!   append fails with etcd's error and the journal stays open. A place whose record may be
+//!   gone, or no read: unknown;
 //! - unknown until the lease stopped being valid: one read of `r/{first}`, the tip and the
 //!   owner key. Our nonce on the record or the tip: committed. Another record there, or none
 //!   ever and no owner key at this epoch (so the transaction can never apply): fenced. A
@@ -43,8 +50,16 @@ use crate::lease::{Epoch, Ownership};
 /// resolving read settled it (for the metrics).
 #[derive(Debug)]
 pub(crate) enum Sent {
-    Committed { revision: i64, by_read: bool },
-    Fenced { by_read: bool },
+    /// `for_space`: etcd answered it NOSPACE all the same (it applied it, then raised its
+    /// alarm), so etcd now refuses puts.
+    Committed {
+        revision: i64,
+        by_read: bool,
+        for_space: bool,
+    },
+    Fenced {
+        by_read: bool,
+    },
     Unknown(EtcdError),
     Failed(EtcdError),
 }
@@ -59,6 +74,15 @@ impl Sent {
         }
     }
 
+    /// Whether etcd answered it NOSPACE (so that it now refuses puts), applied or not.
+    pub(crate) fn for_space(&self) -> bool {
+        match self {
+            Sent::Committed { for_space, .. } => *for_space,
+            Sent::Failed(error) => error.is_no_space(),
+            Sent::Fenced { .. } | Sent::Unknown(_) => false,
+        }
+    }
+
     /// The same outcome, settled by a read if `by_read` (an earlier read of a shared
     /// transaction found that it never applied, and this send of one member's part settled
     /// it).
@@ -67,9 +91,11 @@ impl Sent {
             Sent::Committed {
                 revision,
                 by_read: own,
+                for_space,
             } => Sent::Committed {
                 revision,
                 by_read: own || by_read,
+                for_space,
             },
             Sent::Fenced { by_read: own } => Sent::Fenced {
                 by_read: own || by_read,
@@ -395,6 +421,7 @@ impl AppendTxn {
             Written::Replied(response) if response.succeeded() => Sent::Committed {
                 revision: response.header().map_or(0, |h| h.revision()),
                 by_read: false,
+                for_space: false,
             },
             Written::Replied(response) => {
                 let mut gets = gets(&response);
@@ -405,6 +432,7 @@ impl AppendTxn {
                         Sent::Committed {
                             revision,
                             by_read: false,
+                            for_space: false,
                         }
                     }
                     // What is gone hides a commit only if an earlier send may have applied;
@@ -424,12 +452,28 @@ impl AppendTxn {
                     Seen::Committed { revision } => Sent::Committed {
                         revision,
                         by_read: true,
+                        for_space: false,
                     },
                     Seen::Taken => Sent::Fenced { by_read: true },
                     Seen::Empty if self.unowned(owner.as_ref()) => Sent::Fenced { by_read: true },
                     Seen::Gone | Seen::Empty => Sent::Unknown(unknown),
                 }
             }
+            // The refusal was final: what the read does not show never applied.
+            Written::Refused {
+                error,
+                read: Some(read),
+            } => match self.resolved(&read) {
+                (Seen::Committed { revision }, _) => Sent::Committed {
+                    revision,
+                    by_read: true,
+                    for_space: true,
+                },
+                (Seen::Taken, _) | (Seen::Empty, true) => Sent::Fenced { by_read: true },
+                (Seen::Empty, false) => Sent::Failed(error),
+                (Seen::Gone, _) => Sent::Unknown(self.gone()),
+            },
+            Written::Refused { error, read: None } => Sent::Unknown(error),
             Written::Unknown(error) => Sent::Unknown(error),
             Written::Failed(error) => Sent::Failed(error),
         }
@@ -540,8 +584,12 @@ pub(super) mod tests {
             let committed = Sent::Committed {
                 revision: 60,
                 by_read: own,
+                for_space: own,
             };
-            assert_eq!(committed.told_by_read(later).by_read(), expect);
+            assert_eq!(committed.for_space(), own, "kept");
+            let committed = committed.told_by_read(later);
+            assert_eq!(committed.by_read(), expect);
+            assert_eq!(committed.for_space(), own);
             let fenced = Sent::Fenced { by_read: own };
             assert_eq!(fenced.told_by_read(later).by_read(), expect);
         }
@@ -557,17 +605,17 @@ pub(super) mod tests {
         };
         assert_eq!(
             settled(Written::Replied(reply(true, vec![]).into())),
-            "Committed { revision: 60, by_read: false }"
+            "Committed { revision: 60, by_read: false, for_space: false }"
         );
         // The compare failed: an earlier send of ours committed the first record...
         assert_eq!(
             failed(Some(record(ours)), Some(tip(9, theirs))),
-            "Committed { revision: 50, by_read: false }"
+            "Committed { revision: 50, by_read: false, for_space: false }"
         );
         // ...or, its first record trimmed since, the tip is still ours.
         assert_eq!(
             failed(None, Some(tip(9, ours))),
-            "Committed { revision: 55, by_read: false }"
+            "Committed { revision: 55, by_read: false, for_space: false }"
         );
         // Someone else's record is there, or none is and the tip is short of it: fenced.
         assert_eq!(
@@ -650,11 +698,11 @@ pub(super) mod tests {
         // Our record is there, or our tip: committed, whoever owns the session now.
         assert_eq!(
             resolved(Some(record(ours)), None, None),
-            "Committed { revision: 50, by_read: true }"
+            "Committed { revision: 50, by_read: true, for_space: false }"
         );
         assert_eq!(
             resolved(None, Some(tip(9, ours)), None),
-            "Committed { revision: 55, by_read: true }"
+            "Committed { revision: 55, by_read: true, for_space: false }"
         );
         // Another writer's record took its place: it can never commit.
         assert_eq!(
@@ -702,6 +750,65 @@ pub(super) mod tests {
         assert!(!how(Written::Replied(earlier)));
         assert!(!how(Written::Unknown(unknown())));
         assert!(!how(Written::Failed(unknown())));
+    }
+
+    /// etcd applies the transaction that takes it past its quota and answers it NOSPACE; the
+    /// read made after that final answer says what it came to.
+    #[test]
+    fn a_send_refused_for_space_is_settled_by_the_read_after_it() {
+        let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let space = || {
+            EtcdError::new(
+                "append",
+                "(txn)",
+                etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
+                    "etcdserver: mvcc: database space exceeded",
+                )),
+            )
+        };
+        let refused = |first, tip, owner| {
+            settled(Written::Refused {
+                error: space(),
+                read: Some(reply(true, vec![first, tip, owner])),
+            })
+        };
+        let epoch = EPOCH.revision();
+        // It applied: committed, and etcd refuses puts now.
+        assert_eq!(
+            refused(Some(record(ours)), Some(tip(7, ours)), Some(owner(epoch))),
+            "Committed { revision: 50, by_read: true, for_space: true }"
+        );
+        assert_eq!(
+            refused(None, Some(tip(9, ours)), Some(owner(epoch))),
+            "Committed { revision: 55, by_read: true, for_space: true }"
+        );
+        // It did not, and never will: the refusal was final. The journal stays open.
+        let failed = refused(None, Some(tip(6, theirs)), Some(owner(epoch)));
+        assert!(
+            failed.starts_with("Failed(") && failed.contains("space"),
+            "{failed}"
+        );
+        // Another's record in its place, or its owner key moved on: fenced.
+        assert_eq!(
+            refused(
+                Some(record(theirs)),
+                Some(tip(7, theirs)),
+                Some(owner(epoch))
+            ),
+            "Fenced { by_read: true }"
+        );
+        assert_eq!(
+            refused(None, Some(tip(6, theirs)), Some(owner(epoch + 1))),
+            "Fenced { by_read: true }"
+        );
+        // Its place may have been trimmed: whose record it was is gone.
+        assert!(refused(None, Some(tip(8, theirs)), Some(owner(epoch))).starts_with("Unknown("));
+        // No read: unknown, never failed.
+        let unread = settled(Written::Refused {
+            error: space(),
+            read: None,
+        });
+        assert!(unread.starts_with("Unknown("), "{unread}");
     }
 
     #[test]

@@ -310,6 +310,7 @@ impl Journal {
             &self.context.metrics,
             &answer.result,
             answer.by_read,
+            answer.for_space,
             count,
             started.elapsed(),
         );
@@ -355,15 +356,18 @@ impl Journal {
 }
 
 /// Counts an append call in `metrics`: its outcome, and what etcd's answer says of the NOSPACE
-/// alarm (a write etcd accepted clears it; one it refused for space raises it).
+/// alarm (a write etcd accepted clears it; one it refused for space raises it, also one it
+/// applied and answered NOSPACE all the same: `for_space`).
 fn count_append<T>(
     metrics: &Metrics,
     answered: &Result<T, JournalWriteError>,
     resolved_by_read: bool,
+    for_space: bool,
     records: usize,
     took: std::time::Duration,
 ) {
     match answered {
+        _ if for_space => metrics.written(Put::RefusedForSpace),
         Ok(_) => metrics.written(Put::Accepted),
         Err(JournalWriteError::Etcd(error)) if error.is_no_space() => {
             metrics.written(Put::RefusedForSpace);
@@ -407,10 +411,13 @@ mod tests {
             )),
         );
         let refused = Err::<(), _>(JournalWriteError::Etcd(full));
-        count_append(&metrics, &refused, false, 1, Duration::ZERO);
+        count_append(&metrics, &refused, false, false, 1, Duration::ZERO);
         assert!(*nospace.borrow());
-        count_append(&metrics, &Ok(()), false, 1, Duration::ZERO);
+        count_append(&metrics, &Ok(()), false, false, 1, Duration::ZERO);
         assert!(!*nospace.borrow());
+        // Committed, and answered NOSPACE all the same (etcd applied it, then raised the alarm).
+        count_append(&metrics, &Ok(()), true, true, 1, Duration::ZERO);
+        assert!(*nospace.borrow());
     }
 
     #[test]

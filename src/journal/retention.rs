@@ -306,7 +306,9 @@ impl Retention<'_> {
             Written::Replied(response) => Ok(response.succeeded()),
             // Unknown or not applied: read again, the base says where things stand.
             Written::Resolved { .. } => Ok(false),
-            Written::Unknown(error) | Written::Failed(error) => {
+            // Refused for space (maybe applied: the caller reads the base again before its
+            // next send, whose compares fail if this one applied).
+            Written::Unknown(error) | Written::Failed(error) | Written::Refused { error, .. } => {
                 self.authority.check_local()?;
                 Err(RetentionError::Etcd(error))
             }
@@ -423,7 +425,9 @@ impl Retention<'_> {
                 }
                 // Changed meanwhile, or an earlier send applied: the next read says.
                 Written::Replied(_) | Written::Resolved { .. } => {}
-                Written::Unknown(error) | Written::Failed(error) => {
+                Written::Unknown(error)
+                | Written::Failed(error)
+                | Written::Refused { error, .. } => {
                     self.authority.check_local()?;
                     return Err(RetentionError::Etcd(error));
                 }

@@ -105,6 +105,7 @@ impl GcView {
             Written::Replied(response) => response.succeeded(),
             Written::Unknown(error)
             | Written::Failed(error)
+            | Written::Refused { error, .. }
             | Written::Resolved { unknown: error, .. } => return Err(GcError::Etcd(error)),
         };
         if deleted {

@@ -310,10 +310,20 @@ async fn take_workspace(
             // The workspace is free: the owner compare failed.
             None => Err(RigError::Lost),
         },
-        Written::Resolved { read, unknown } => match gets(&read).next().flatten() {
+        // Refused for space: final, and the read after it shows whether it applied.
+        Written::Resolved {
+            read,
+            unknown: error,
+        }
+        | Written::Refused {
+            error,
+            read: Some(read),
+        } => match gets(&read).next().flatten() {
             Some(holder) => held(holder),
-            None => Err(RigError::Workspace(unknown)),
+            None => Err(RigError::Workspace(error)),
         },
-        Written::Unknown(error) | Written::Failed(error) => Err(RigError::Workspace(error)),
+        Written::Unknown(error)
+        | Written::Failed(error)
+        | Written::Refused { error, read: None } => Err(RigError::Workspace(error)),
     }
 }

@@ -92,16 +92,6 @@ impl StoreShared {
             Err(AcquireError::Held(_)) => metrics.acquisition("held"),
             Err(_) => metrics.acquisition("failed"),
         }
-        match &acquired {
-            // The acquire transaction puts. Held: etcd answered it (its compare failed), which
-            // it does only while it accepts puts (or, rarely, a read settled an unknown
-            // outcome: the next write says again).
-            Ok(_) | Err(AcquireError::Held(_)) => metrics.written(Put::Accepted),
-            Err(AcquireError::Etcd(error)) if error.is_no_space() => {
-                metrics.written(Put::RefusedForSpace);
-            }
-            Err(_) => {}
-        }
         acquired
     }
 
@@ -145,6 +135,18 @@ impl StoreShared {
             &self.shutdown,
         )
         .await;
+        match &written {
+            // The acquire transaction puts: etcd answered it (applied, or its compare failed),
+            // which it does only while it accepts puts.
+            Written::Replied(_) => self.metrics.written(Put::Accepted),
+            // Applied or not, etcd refuses puts now.
+            Written::Refused { .. } => self.metrics.written(Put::RefusedForSpace),
+            Written::Failed(error) if error.is_no_space() => {
+                self.metrics.written(Put::RefusedForSpace);
+            }
+            // A read settled it, or nothing did: the next write says.
+            Written::Failed(_) | Written::Resolved { .. } | Written::Unknown(_) => {}
+        }
         let outcome = self.settle(session, nonce, written);
         let state = outcome.as_ref().ok().map(|(epoch, seen)| {
             let state = LeaseState::new(session, *epoch, key.clone(), nonce, node.clone());
@@ -207,7 +209,19 @@ impl StoreShared {
                 Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
                 None => Err(AcquireError::OutcomeUnknown(unknown)),
             },
-            Written::Unknown(error) => Err(AcquireError::OutcomeUnknown(error)),
+            // Refused for space: final, though etcd answers so the transaction that took it
+            // past its quota after applying it. The read after it says which: ours, adopt it;
+            // none, it never applied and never will.
+            Written::Refused {
+                error,
+                read: Some(read),
+            } => match holder(&read) {
+                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
+                None => Err(AcquireError::Etcd(error)),
+            },
+            Written::Refused { error, read: None } | Written::Unknown(error) => {
+                Err(AcquireError::OutcomeUnknown(error))
+            }
             // The node lease was replaced between the check and the transaction.
             Written::Failed(error) if error.is_lease_not_found() => {
                 Err(AcquireError::NodeLeaseInvalid)

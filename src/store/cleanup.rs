@@ -99,6 +99,7 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
             }
             Written::Failed(error)
             | Written::Unknown(error)
+            | Written::Refused { error, .. }
             | Written::Resolved { unknown: error, .. } => {
                 if shared.shutdown.is_cancelled() || !alive() {
                     tracing::debug!(%key, "guarded delete ends with its node lease");
@@ -138,7 +139,9 @@ impl StoreShared {
         .await
         {
             Written::Replied(response) => Ok(response.succeeded()),
-            Written::Unknown(error) | Written::Failed(error) => Err(error),
+            Written::Unknown(error) | Written::Failed(error) | Written::Refused { error, .. } => {
+                Err(error)
+            }
             Written::Resolved { unknown, .. } => Err(unknown),
         }
     }

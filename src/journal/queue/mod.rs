@@ -54,12 +54,13 @@ const APPEND_COMPARES: usize = 3;
 const _GETS_WITHIN_COMPARES: () =
     assert!(ELSE_GETS <= APPEND_COMPARES && RESOLVE_GETS <= APPEND_COMPARES);
 
-/// What an append call is told, and whether only the resolving read settled its transaction's
-/// outcome (for the metrics).
+/// What an append call is told, whether only the resolving read settled its transaction's
+/// outcome, and whether etcd answered that transaction NOSPACE (for the metrics).
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) result: Result<Appended, JournalWriteError>,
     pub(crate) by_read: bool,
+    pub(crate) for_space: bool,
 }
 
 impl Answer {
@@ -67,6 +68,7 @@ impl Answer {
         Self {
             result: Err(error),
             by_read: false,
+            for_space: false,
         }
     }
 }
@@ -636,7 +638,7 @@ impl Batcher {
     /// (its own sequence numbers, or the outcome as its own error). The journal stays in
     /// flight until [`land`](Self::land).
     fn finish(&self, mut member: Member, sent: Sent) {
-        let by_read = sent.by_read();
+        let (by_read, for_space) = (sent.by_read(), sent.for_space());
         let writer = member.writer.clone();
         let mut state = writer.state();
         let last_seq = member.first_seq.saturating_add(member.records as u64 - 1);
@@ -656,7 +658,11 @@ impl Batcher {
                 own
             });
             // A caller that went away meanwhile no longer needs its answer.
-            let _ = call.reply.send(Answer { result, by_read });
+            let _ = call.reply.send(Answer {
+                result,
+                by_read,
+                for_space,
+            });
         }
     }
 

@@ -70,6 +70,7 @@ fn committed(revision: i64) -> Sent {
     Sent::Committed {
         revision,
         by_read: false,
+        for_space: false,
     }
 }
 
@@ -127,6 +128,7 @@ async fn one_journals_calls_share_one_append_within_its_limits_each_with_its_own
     settle(&batcher, members, || Sent::Committed {
         revision: 70,
         by_read: true,
+        for_space: false,
     });
     // The rest is listed again, after the committed tip.
     let members = batcher.take();
