@@ -32,6 +32,11 @@
 //! then delete(base) (if there is one), delete r/{base} .. r/{next} (exclusive)
 //! ```
 //!
+//! etcd may have applied the trim it refused: it applies the write that takes its backend past
+//! the quota, then answers it NOSPACE all the same. The trim reads the base again before each
+//! send, so it then finds the base moved, and a send made on what it read before would fail
+//! its compares.
+//!
 //! The base key goes with the records: the journal then starts at its first record, `next`,
 //! which is where the base would have been. At every revision the records are still exactly
 //! those from the journal's base to its tip, so a replay or a check that reads the base at its
