@@ -53,7 +53,7 @@ targets=(
   'src/store/cleanup\.rs:.*(Delete::|perform)'
   'src/lease/ownership\.rs:.*Ownership::(guard|check|is_valid)'
   # the write path's decision table and how it settles
-  'src/etcd/write\.rs:.*(\bnext\b|Attempt::of|read_once| in send\b|Pacing.*::resend)'
+  'src/etcd/write\.rs:.*(\bnext\b|Attempt::of|read_once|read_attempts|read_again| in send\b|Pacing.*::resend|Sending.*::(new|failed))'
   'src/lease/validity\.rs'
   'src/store/registry\.rs:.*(verdict|Registry::observe|Registry::end_acquire)'
   'src/store/owner_watch\.rs:.*(Snapshot::|read_snapshot|put_event|session_of|reconcile)'

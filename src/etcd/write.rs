@@ -315,6 +315,75 @@ pub(crate) enum Written {
     Failed(EtcdError),
 }
 
+/// What one write's sends have come to, and what it does after a failed one: the decisions of
+/// [`send`], kept apart from its I/O so that each rule is unit-tested.
+struct Sending<'a> {
+    sends: Sends,
+    /// The first failure that may have applied: what an outcome left unknown reports.
+    unknown: Option<EtcdError>,
+    pacing: Pacing<'a>,
+    /// The endpoint of the next send: after a failure the next one, whatever other writes do.
+    endpoint: usize,
+    endpoints: usize,
+    /// The next send's timeout.
+    timeout: Duration,
+}
+
+/// What a write does after a failed send.
+#[derive(Debug)]
+enum Step {
+    /// Send again, after this pause, to [`Sending::endpoint`] within [`Sending::timeout`].
+    Resend { pause: Duration },
+    /// Certainly not applied: report this failure.
+    Fail(EtcdError),
+    /// Maybe applied: settle it by reading; report this failure if the read cannot.
+    Resolve(EtcdError),
+    /// Refused for space, no earlier send maybe applied: read once (see [`Next::Check`]).
+    Check(EtcdError),
+}
+
+impl<'a> Sending<'a> {
+    fn new(policy: &'a WritePolicy, endpoint: usize, endpoints: usize) -> Self {
+        Self {
+            sends: Sends::NoneApplied,
+            unknown: None,
+            pacing: Pacing::new(policy),
+            endpoint,
+            endpoints: endpoints.max(1),
+            timeout: policy.attempt_timeout,
+        }
+    }
+
+    /// A send failed with `error`. `abandoned`: it was cut short mid-flight (the store shut
+    /// down), so it may have applied whatever the error; `go_on`: the caller's condition and
+    /// the write's deadline still hold (never once abandoned).
+    fn failed(&mut self, error: EtcdError, abandoned: bool, go_on: bool) -> Step {
+        let kind = if abandoned {
+            Attempt::Unknown
+        } else {
+            Attempt::of(&error)
+        };
+        match next(self.sends, kind, go_on) {
+            Next::Accept => unreachable!("only a reply is accepted"),
+            Next::Resend(now) => {
+                self.sends = now;
+                let unanswered = error.code() == Some(tonic::Code::DeadlineExceeded);
+                let pause;
+                (pause, self.timeout) = self.pacing.resend(unanswered);
+                if kind == Attempt::Unknown {
+                    // The first unknown failure is the one that may have applied.
+                    self.unknown.get_or_insert(error);
+                }
+                self.endpoint = (self.endpoint + 1) % self.endpoints;
+                Step::Resend { pause }
+            }
+            Next::Fail => Step::Fail(error),
+            Next::Resolve => Step::Resolve(self.unknown.take().unwrap_or(error)),
+            Next::Check => Step::Check(error),
+        }
+    }
+}
+
 /// Sends `txn` as the module docs say. `resolve`, a read-only transaction, settles an unknown
 /// outcome once `go_on` fails; `stop` (the store's shutdown) ends the attempts at once.
 pub(crate) async fn send(
@@ -330,15 +399,10 @@ pub(crate) async fn send(
         tokio::time::Instant::now(),
         policy.deadline.unwrap_or(crate::deadline::FOREVER),
     );
-    let mut sends = Sends::NoneApplied;
-    let mut unknown: Option<EtcdError> = None;
-    // This write's own endpoint: after a failure the next one, whatever other writes do.
-    let mut endpoint = connection.preferred_index();
-    let mut timeout = policy.attempt_timeout;
-    let mut pacing = Pacing::new(policy);
+    let mut sending = Sending::new(policy, connection.preferred_index(), connection.len());
     loop {
         let attempt = tokio::select! {
-            attempt = connection.attempt_on(endpoint, operation, timeout, |mut client| {
+            attempt = connection.attempt_on(sending.endpoint, operation, sending.timeout, |mut client| {
                 let txn = txn.clone();
                 async move { client.txn(txn).await }
             }) => attempt,
@@ -346,49 +410,27 @@ pub(crate) async fn send(
         };
         let error = match attempt {
             Ok(response) => {
-                debug_assert_eq!(next(sends, Attempt::Replied, true), Next::Accept);
+                debug_assert_eq!(next(sending.sends, Attempt::Replied, true), Next::Accept);
                 return Written::Replied(Reply {
                     response,
-                    before: sends,
+                    before: sending.sends,
                 });
             }
             Err(error) => error,
         };
-        let kind = if stop.is_cancelled() {
-            // The attempt was abandoned mid-flight: it may have been applied.
-            Attempt::Unknown
-        } else {
-            Attempt::of(&error)
-        };
-        let go = !stop.is_cancelled() && tokio::time::Instant::now() < give_up && go_on();
-        match next(sends, kind, go) {
-            Next::Accept => unreachable!("only a reply is accepted"),
-            Next::Resend(now) => {
-                tracing::debug!(operation, %error, ?now, "write failed; sending the same transaction again");
-                sends = now;
-                let unanswered = error.code() == Some(tonic::Code::DeadlineExceeded);
-                let pause;
-                (pause, timeout) = pacing.resend(unanswered);
-                if kind == Attempt::Unknown {
-                    // The first unknown failure is the one that may have applied.
-                    unknown.get_or_insert(error);
-                }
-                endpoint = (endpoint + 1) % connection.len();
+        let abandoned = stop.is_cancelled();
+        let go = !abandoned && tokio::time::Instant::now() < give_up && go_on();
+        let shown = error.to_string();
+        match sending.failed(error, abandoned, go) {
+            Step::Resend { pause } => {
+                tracing::debug!(operation, error = %shown, sends = ?sending.sends, "write failed; sending the same transaction again");
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => {}
                 }
             }
-            Next::Fail => return Written::Failed(error),
-            Next::Check => {
-                let read = match resolve {
-                    Some(read) => read_once(connection, policy, read, stop).await.ok(),
-                    None => None,
-                };
-                return Written::Refused { error, read };
-            }
-            Next::Resolve => {
-                let unknown = unknown.unwrap_or(error);
+            Step::Fail(error) => return Written::Failed(error),
+            Step::Resolve(unknown) => {
                 let Some(read) = resolve else {
                     return Written::Unknown(unknown);
                 };
@@ -397,8 +439,26 @@ pub(crate) async fn send(
                     Err(_) => Written::Unknown(unknown),
                 };
             }
+            Step::Check(error) => {
+                let read = match resolve {
+                    Some(read) => read_once(connection, policy, read, stop).await.ok(),
+                    None => None,
+                };
+                return Written::Refused { error, read };
+            }
         }
     }
+}
+
+/// How many attempts a resolving read makes: two per endpoint, so that each is tried twice.
+fn read_attempts(endpoints: usize) -> usize {
+    endpoints.max(1) * 2
+}
+
+/// Whether a resolving read that failed with `error` is tried again: not when it would fail
+/// the same way.
+fn read_again(error: &EtcdError) -> bool {
+    error.class() != FailureClass::Permanent
 }
 
 /// The resolving read: linearizable, a few attempts across the endpoints, bounded in time.
@@ -410,9 +470,8 @@ pub(crate) async fn read_once(
     stop: &CancellationToken,
 ) -> Result<TxnResponse, EtcdError> {
     const OPERATION: &str = "resolving read";
-    let attempts = connection.endpoints().len().max(1) * 2;
     let mut last = EtcdError::stopped(OPERATION);
-    for _ in 0..attempts {
+    for _ in 0..read_attempts(connection.endpoints().len()) {
         let attempt = tokio::select! {
             attempt = connection.attempt(OPERATION, policy.attempt_timeout, |mut client| {
                 let read = read.clone();
@@ -422,7 +481,7 @@ pub(crate) async fn read_once(
         };
         match attempt {
             Ok(response) => return Ok(response),
-            Err(error) if error.class() == FailureClass::Permanent => return Err(error),
+            Err(error) if !read_again(&error) => return Err(error),
             Err(error) => {
                 last = error;
                 connection.rotate();
@@ -596,6 +655,102 @@ mod tests {
             assert_eq!(pacing.resend(true), (Duration::ZERO, ms(250)));
         }
         assert_eq!(pacing.resend(true), (Duration::ZERO, ms(500)));
+    }
+
+    fn status(code: tonic::Code, message: &str) -> EtcdError {
+        EtcdError::new(
+            "append",
+            "http://e",
+            etcd_client::Error::GRpcStatus(tonic::Status::new(code, message)),
+        )
+    }
+
+    /// A send that got no answer in time is sent again at once, to the next endpoint; one that
+    /// failed fast, after a pause. The first failure that may have applied is the one an
+    /// outcome left unknown reports.
+    #[test]
+    fn a_write_sends_again_to_the_next_endpoint_and_reports_its_first_unknown_failure() {
+        let policy = WritePolicy::default();
+        let unavailable = || status(tonic::Code::Unavailable, "etcdserver: no leader");
+        let timed_out = |n: u32| status(tonic::Code::DeadlineExceeded, &format!("timeout {n}"));
+        let mut sending = Sending::new(&policy, 2, 3);
+        assert_eq!(
+            (sending.endpoint, sending.timeout),
+            (2, policy.attempt_timeout)
+        );
+        // Refused, not applied: a pause, the next endpoint (round the list).
+        let Step::Resend { pause } = sending.failed(unavailable(), false, true) else {
+            panic!("sent again");
+        };
+        assert!(pause >= policy.initial_backoff, "{pause:?}");
+        assert_eq!(sending.endpoint, 0);
+        assert!(sending.unknown.is_none(), "not applied");
+        // No answer in time: at once, the re-send timeout; this one may have applied.
+        let Step::Resend { pause } = sending.failed(timed_out(1), false, true) else {
+            panic!("sent again");
+        };
+        assert_eq!(pause, Duration::ZERO);
+        assert_eq!(
+            (sending.endpoint, sending.timeout),
+            (1, policy.resend_timeout)
+        );
+        assert!(matches!(
+            sending.failed(timed_out(2), false, true),
+            Step::Resend { .. }
+        ));
+        // The caller's condition fails: settled by reading, reporting the first unknown one.
+        match sending.failed(unavailable(), false, false) {
+            Step::Resolve(error) => {
+                assert!(format!("{error:?}").contains("timeout 1"), "{error:?}")
+            }
+            step => panic!("{step:?}"),
+        }
+        // Refused, never maybe applied, and no going on: failed with its own error.
+        let mut sending = Sending::new(&policy, 0, 1);
+        assert!(matches!(
+            sending.failed(unavailable(), false, true),
+            Step::Resend { .. }
+        ));
+        assert_eq!(sending.endpoint, 0, "one endpoint");
+        match sending.failed(unavailable(), false, false) {
+            Step::Fail(error) => assert!(format!("{error:?}").contains("no leader"), "{error:?}"),
+            step => panic!("{step:?}"),
+        }
+        // Cut short by the store's shutdown: maybe applied, whatever it met.
+        let mut sending = Sending::new(&policy, 0, 1);
+        match sending.failed(unavailable(), true, false) {
+            Step::Resolve(error) => {
+                assert!(format!("{error:?}").contains("no leader"), "{error:?}")
+            }
+            step => panic!("{step:?}"),
+        }
+        // Refused for space on the first send: read once.
+        let space = status(
+            tonic::Code::ResourceExhausted,
+            "etcdserver: mvcc: database space exceeded",
+        );
+        let mut sending = Sending::new(&policy, 0, 1);
+        assert!(matches!(sending.failed(space, false, true), Step::Check(_)));
+    }
+
+    #[test]
+    fn a_resolving_read_tries_each_endpoint_twice_unless_it_would_fail_the_same_way() {
+        assert_eq!(read_attempts(0), 2);
+        assert_eq!(read_attempts(1), 2);
+        assert_eq!(read_attempts(3), 6);
+        assert!(read_again(&status(
+            tonic::Code::Unavailable,
+            "etcdserver: no leader"
+        )));
+        assert!(read_again(&EtcdError::timed_out(
+            "resolving read",
+            "http://e",
+            Duration::from_secs(1)
+        )));
+        assert!(!read_again(&status(
+            tonic::Code::PermissionDenied,
+            "etcdserver: permission denied"
+        )));
     }
 
     #[test]
