@@ -518,6 +518,18 @@ impl Admin {
     pub async fn check(&self, session: Uuid) -> Result<JournalCheck, ReplayError> {
         crate::journal::check(&self.connection, &self.namespace, session, |_| {}).await
     }
+
+    /// Checks every journal of the namespace, as [`check`](Self::check) does each, at one
+    /// revision: one pass over the namespace's journal keys in pages of `options` (requests
+    /// grow with the bytes read, not with the number of journals). `progress` is told how many
+    /// journals are checked so far, after each page. In session order.
+    pub async fn check_all(
+        &self,
+        options: &ReplayOptions,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<JournalCheck>, ReplayError> {
+        crate::journal::check_all(&self.connection, &self.namespace, options, progress).await
+    }
 }
 
 /// New records of one journal as they commit; see [`Admin::follow`].

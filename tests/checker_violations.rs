@@ -288,4 +288,65 @@ async fn each_broken_journal_is_reported_as_its_own_violation() {
             of: 2
         }]
     );
+
+    // --- a trimmed journal that lost a record above its base (base 2, records from 3), an
+    // undecodable record, an undecodable tip
+    let raw = journal();
+    let f = raw.fence(1, 10, None).await;
+    let g = raw.fence(2, 20, Some((1, 10, f))).await;
+    let n = Uuid::new_v4();
+    raw.event(3, 20, n, "kept").await;
+    raw.tip(3, 20, n).await;
+    let _ = g;
+    let base = etcd.ns.base_key(raw.session);
+    raw.put(base, [vec![1], 2u64.to_be_bytes().to_vec()].concat())
+        .await;
+    for seq in 1..3 {
+        let key = etcd.ns.record_key(raw.session, seq);
+        etcd.raw.clone().delete(key, None).await.unwrap();
+    }
+    let raw = journal();
+    raw.fence(1, 10, None).await;
+    raw.put(
+        etcd.ns.record_key(raw.session, 2),
+        b"\x01\x00garbage".to_vec(),
+    )
+    .await;
+    let raw = journal();
+    let f = raw.fence(1, 10, None).await;
+    let _ = f;
+    raw.put(etcd.ns.tip_key(raw.session), b"no tip".to_vec())
+        .await;
+
+    // --- every journal at once, in small pages, is checked as each is on its own
+    let admin = leasehold::admin::Admin::new(
+        leasehold::Connection::connect(leasehold::ConnectOptions::new([etcd.node.endpoint()]))
+            .await
+            .unwrap(),
+        etcd.ns.clone(),
+    );
+    let mut seen = Vec::new();
+    let options = leasehold::ReplayOptions::default().with_page_records(3);
+    let all = admin
+        .check_all(&options, |done| seen.push(done))
+        .await
+        .unwrap();
+    let sessions = admin.journals().await.unwrap();
+    assert_eq!(all.len(), sessions.len(), "one check per journal");
+    assert!(
+        seen.len() > sessions.len() / 2,
+        "progress after each page: {seen:?}"
+    );
+    assert_eq!(seen.last(), Some(&all.len()));
+    let mut broken = 0;
+    for (at_once, session) in all.iter().zip(sessions) {
+        let mut alone = admin.check(session).await.unwrap();
+        alone.revision = at_once.revision;
+        assert_eq!(at_once, &alone, "{session}");
+        broken += usize::from(!alone.is_sound());
+    }
+    // The two gaps, the fork, the stale record, the tip behind, the tip that names another
+    // record, the undecodable record and the undecodable tip (the rest break only what their
+    // callers were told).
+    assert_eq!(broken, 8, "the journals broken above are found broken");
 }

@@ -29,7 +29,7 @@ use clap::{Args, Subcommand};
 use futures_util::StreamExt as _;
 use leasehold::admin::{Admin, Owner, RevokeError};
 use leasehold::journal::JournalCheck;
-use leasehold::{Record, ReplayError, RetentionError, Tip, Uuid};
+use leasehold::{Record, ReplayError, ReplayOptions, RetentionError, Tip, Uuid};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -532,35 +532,70 @@ fn check_json(check: &JournalCheck) -> Value {
 }
 
 /// `check`'s progress on stderr: one line rewritten in place on a terminal; elsewhere (a log,
-/// a pipe) a line of its own every 1,000 journals and at the last.
-fn progress(done: usize, total: usize) {
-    if std::io::stderr().is_terminal() {
-        eprint!("\rchecking {done}/{total}");
-    } else if done.is_multiple_of(1000) || done == total {
-        eprintln!("checking {done}/{total}");
+/// a pipe) a line of its own each time another 1,000 journals are done, and at the end.
+/// `total`: how many there are, when known.
+struct Progress {
+    shown: bool,
+    lines: usize,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            shown: false,
+            lines: 0,
+        }
+    }
+
+    fn show(&mut self, done: usize, total: Option<usize>, last: bool) {
+        let said = match total {
+            Some(total) => format!("checking {done}/{total}"),
+            None => format!("checking {done}"),
+        };
+        if std::io::stderr().is_terminal() {
+            eprint!("\r{said}");
+            self.shown = true;
+        } else if done / 1000 > self.lines || last {
+            self.lines = done / 1000;
+            eprintln!("{said}");
+        }
+    }
+
+    /// Ends the line rewritten in place, if there is one.
+    fn end(&self) {
+        if self.shown {
+            eprintln!();
+        }
     }
 }
 
 pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failure> {
     let admin = admin(common).await?;
-    let sessions = if args.sessions.is_empty() {
-        admin
-            .journals()
-            .await
-            .map_err(|error| Failure::etcd(error.class(), error))?
-    } else {
-        args.sessions.clone()
-    };
-    let mut checks = Vec::with_capacity(sessions.len());
-    for (i, &session) in sessions.iter().enumerate() {
-        if !args.json && sessions.len() > 1 {
-            progress(i + 1, sessions.len());
+    let mut progress = Progress::new();
+    let show = !args.json;
+    let mut checks = Vec::with_capacity(args.sessions.len());
+    if args.sessions.is_empty() {
+        // Every journal, in one pass over the namespace's journal keys.
+        let all = admin
+            .check_all(&ReplayOptions::default(), |done| {
+                if show {
+                    progress.show(done, None, false);
+                }
+            })
+            .await;
+        checks = all.map_err(replay_failure)?;
+        if show && !checks.is_empty() {
+            progress.show(checks.len(), Some(checks.len()), true);
+        }
+    }
+    for (i, &session) in args.sessions.iter().enumerate() {
+        if show && args.sessions.len() > 1 {
+            let last = i + 1 == args.sessions.len();
+            progress.show(i + 1, Some(args.sessions.len()), last);
         }
         let check = admin.check(session).await.map_err(replay_failure)?;
-        if !args.sessions.is_empty() && check.tip.is_none() && check.records == 0 {
-            if !args.json && sessions.len() > 1 && std::io::stderr().is_terminal() {
-                eprintln!();
-            }
+        if check.tip.is_none() && check.records == 0 {
+            progress.end();
             return Err(Failure::runtime_message(format!(
                 "session {session} has no journal in namespace {}",
                 admin.namespace()
@@ -568,9 +603,7 @@ pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failu
         }
         checks.push(check);
     }
-    if !args.json && sessions.len() > 1 && std::io::stderr().is_terminal() {
-        eprintln!();
-    }
+    progress.end();
     let sound = checks.iter().all(JournalCheck::is_sound);
     if args.json {
         println!(

@@ -439,6 +439,183 @@ pub(crate) async fn check(
     })
 }
 
+/// Checks every journal under `namespace` (see the module docs) in one pass over its
+/// `journals/` keys at one revision, in pages: each journal's base key, records and tip come in
+/// that order (`base` < `r/` < `tip`), so each is checked as its keys stream by, and the pass
+/// costs requests by bytes read, not by journals. `progress` sees the journals checked so far,
+/// after each page. Journals in session order; fails only when etcd does.
+pub(crate) async fn check_all(
+    connection: &Connection,
+    namespace: &Namespace,
+    options: &ReplayOptions,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<JournalCheck>, ReplayError> {
+    let prefix = namespace.journals_prefix();
+    let range_end = crate::keys::prefix_end(&prefix);
+    let mut from = prefix.clone().into_bytes();
+    let (mut revision, mut largest, mut cap) = (0, None, options.page_records.max(1));
+    let mut checks = Vec::new();
+    let mut current: Option<Scanned> = None;
+    loop {
+        let limit =
+            super::replay::etcd_limit(super::replay::page_limit(largest, options.page_bytes, cap));
+        let read = connection
+            .read("check journals", |mut client: KvClient, _| {
+                let mut options = GetOptions::new()
+                    .with_range(range_end.clone())
+                    .with_limit(limit);
+                if revision > 0 {
+                    options = options.with_revision(revision);
+                }
+                let from = from.clone();
+                async move { client.get(from, Some(options)).await }
+            })
+            .await;
+        let response = match read {
+            // Larger than etcd-client decodes: the same page again, smaller.
+            Err(error) if error.is_reply_too_large() && limit > 1 => {
+                cap = (limit as usize / 2).max(1);
+                continue;
+            }
+            read => read.map_err(ReplayError::reading_at(revision))?,
+        };
+        if revision == 0 {
+            revision = response.header().map_or(0, |h| h.revision());
+        }
+        for kv in response.kvs() {
+            largest = Some(largest.unwrap_or(0).max(kv.key().len() + kv.value().len()));
+            let Some((session, rest)) = split_journal_key(&prefix, kv.key()) else {
+                continue;
+            };
+            if current
+                .as_ref()
+                .is_some_and(|scanned| scanned.session != session)
+            {
+                checks.extend(current.take().map(|scanned| scanned.finish(revision)));
+            }
+            current
+                .get_or_insert_with(|| Scanned::new(session))
+                .take(rest, kv.key(), kv.value());
+        }
+        progress(checks.len());
+        match response.kvs().last() {
+            Some(last) if response.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    checks.extend(current.take().map(|scanned| scanned.finish(revision)));
+    progress(checks.len());
+    Ok(checks)
+}
+
+/// `key`'s session and what follows it (`base`, `tip`, `r/…`), if it is a journal's key under
+/// `prefix` (`{ns}/journals/`).
+fn split_journal_key<'k>(prefix: &str, key: &'k [u8]) -> Option<(Uuid, &'k [u8])> {
+    let rest = key.strip_prefix(prefix.as_bytes())?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let session = Uuid::try_parse_ascii(&rest[..slash]).ok()?;
+    Some((session, &rest[slash + 1..]))
+}
+
+/// One journal being checked as [`check_all`] reads its keys.
+struct Scanned {
+    session: Uuid,
+    /// The base key's value, if it came (before any record).
+    base: Option<Result<u64, super::DecodeError>>,
+    walker: Option<Walker>,
+    tip: Option<Result<Tip, super::DecodeError>>,
+    /// The first undecodable key: the records after it are not checked.
+    undecodable: Option<Violation>,
+}
+
+impl Scanned {
+    fn new(session: Uuid) -> Self {
+        Self {
+            session,
+            base: None,
+            walker: None,
+            tip: None,
+            undecodable: None,
+        }
+    }
+
+    fn undecodable(&mut self, error: super::DecodeError) {
+        self.undecodable.get_or_insert(Violation::Undecodable {
+            key: error.key,
+            reason: error.reason,
+        });
+    }
+
+    /// One of the journal's keys: `rest` is what follows its session.
+    fn take(&mut self, rest: &[u8], key: &[u8], value: &[u8]) {
+        if self.undecodable.is_some() {
+            return;
+        }
+        match rest {
+            b"base" => self.base = Some(super::record::decode_base(key, value)),
+            b"tip" => self.tip = Some(decode_tip(key, value)),
+            _ if rest.starts_with(b"r/") => {
+                let seq = super::seq_of_key(key);
+                let record = match super::decode_record(key, seq, value) {
+                    Ok(record) => record,
+                    Err(error) => return self.undecodable(error),
+                };
+                // Without a base key, the journal starts at its first record (see `base_of`).
+                let base = match self.base.take() {
+                    Some(Err(error)) => return self.undecodable(error),
+                    Some(Ok(base)) => base,
+                    None => record.seq(),
+                };
+                self.base = Some(Ok(base));
+                self.walker
+                    .get_or_insert_with(|| Walker::new(base))
+                    .step(&record);
+            }
+            // Nothing else lives under a journal's prefix: not the journal's, skipped.
+            _ => {}
+        }
+    }
+
+    fn finish(self, revision: i64) -> JournalCheck {
+        let base = match &self.base {
+            Some(Ok(base)) => *base,
+            _ => 1,
+        };
+        let mut walker = self.walker.unwrap_or_else(|| Walker::new(base));
+        let mut violations = Vec::new();
+        if let Some(Err(error)) = self.base {
+            violations.push(Violation::Undecodable {
+                key: error.key,
+                reason: error.reason,
+            });
+        }
+        match self.undecodable {
+            Some(violation) => walker.violations.push(violation),
+            None => walker.finish(self.tip.as_ref().and_then(|tip| tip.as_ref().ok().copied())),
+        }
+        if let Some(Err(error)) = &self.tip {
+            walker.violations.push(Violation::Undecodable {
+                key: error.key.clone(),
+                reason: error.reason.clone(),
+            });
+        }
+        violations.append(&mut walker.violations);
+        JournalCheck {
+            session: self.session,
+            revision,
+            base: walker.base,
+            records: walker.records,
+            events: walker.events,
+            fence_epochs: walker.fence_epochs,
+            tip: self.tip.and_then(Result::ok),
+            violations,
+        }
+    }
+}
+
 async fn read_tip(
     connection: &Connection,
     namespace: &Namespace,

@@ -138,8 +138,8 @@ use crate::metrics::{AppendOutcome, Metrics, Put};
 use queue::Writer;
 pub(crate) use queue::{Batcher, BatcherParts};
 
-pub(crate) use check::check;
 pub use check::{JournalCheck, Violation};
+pub(crate) use check::{check, check_all};
 pub use error::{
     AppendError, JournalLeaseLostError, JournalWriteError, NilLeaseError, OpenJournalError,
     ReplayError, RetentionError,

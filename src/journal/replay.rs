@@ -290,7 +290,7 @@ impl Stream for Replay {
 }
 
 /// [`Replay::page_limit`]: at least 1 and at most `cap` (or 1).
-fn page_limit(largest_record: Option<usize>, page_bytes: usize, cap: usize) -> usize {
+pub(super) fn page_limit(largest_record: Option<usize>, page_bytes: usize, cap: usize) -> usize {
     let Some(largest) = largest_record else {
         return 1;
     };
@@ -299,7 +299,7 @@ fn page_limit(largest_record: Option<usize>, page_bytes: usize, cap: usize) -> u
 
 /// A page limit as etcd takes it (an `i64`, where 0 or less means no limit): at most
 /// `i64::MAX`.
-fn etcd_limit(records: usize) -> i64 {
+pub(super) fn etcd_limit(records: usize) -> i64 {
     i64::try_from(records).unwrap_or(i64::MAX)
 }
 
