@@ -59,6 +59,10 @@ pub struct NamespaceStatus {
 /// Concurrent reads when gathering tips and lease TTLs.
 const CONCURRENT_READS: usize = 16;
 
+/// How many tips [`Admin::owners`] reads in one transaction (etcd's default limit on the
+/// operations of one is 128).
+const TIPS_PER_READ: usize = 64;
+
 /// An owned session, as its owner key shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -233,14 +237,20 @@ impl Admin {
             .await?;
         let mut owners: Vec<Owner> = kvs.iter().filter_map(|kv| self.owner_of(kv)).collect();
         owners.sort_by_key(|owner| owner.session);
+        // The tips, many sessions per read.
         let tips: Vec<Option<Tip>> = futures_util::stream::iter(
-            owners.iter().map(|owner| self.tip(owner.session, revision)),
+            owners
+                .chunks(TIPS_PER_READ)
+                .map(|owners| self.tips(owners.iter().map(|owner| owner.session), revision)),
         )
         .buffered(CONCURRENT_READS)
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
         let mut leases: Vec<i64> = owners.iter().map(|owner| owner.lease_id).collect();
         leases.sort_unstable();
         leases.dedup();
@@ -278,6 +288,37 @@ impl Admin {
         owner.tip = self.tip(session, revision).await?;
         owner.ttl_left = self.ttl_left(owner.lease_id).await?;
         Ok(Some(owner))
+    }
+
+    /// The tips of `sessions` at `revision`, in one transaction; an undecodable tip reads as
+    /// none.
+    async fn tips(
+        &self,
+        sessions: impl Iterator<Item = Uuid>,
+        revision: i64,
+    ) -> Result<Vec<Option<Tip>>, EtcdError> {
+        let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
+        let gets: Vec<TxnOp> = sessions
+            .map(|session| TxnOp::get(self.namespace.tip_key(session), options.clone()))
+            .collect();
+        let count = gets.len();
+        let response = self
+            .connection
+            .read("tips", |mut client: KvClient, _| {
+                let txn = Txn::new().and_then(gets.clone());
+                async move { client.txn(txn).await }
+            })
+            .await?;
+        let tips: Vec<Option<Tip>> = crate::etcd::gets(&response)
+            .map(|kv| kv.and_then(|kv| crate::journal::decode_tip(kv.key(), kv.value()).ok()))
+            .collect();
+        if tips.len() != count {
+            return Err(EtcdError::unreadable(
+                "tips",
+                format!("{} answers to {count} reads in one transaction", tips.len()),
+            ));
+        }
+        Ok(tips)
     }
 
     /// The tip at `revision`; an undecodable tip reads as none.
