@@ -141,10 +141,8 @@ impl StoreShared {
             Written::Replied(_) => self.metrics.written(Put::Accepted),
             // Applied or not, etcd refuses puts now.
             Written::Refused { .. } => self.metrics.written(Put::RefusedForSpace),
-            Written::Failed(error) if error.is_no_space() => {
-                self.metrics.written(Put::RefusedForSpace);
-            }
-            // A read settled it, or nothing did: the next write says.
+            // Refused otherwise (a refusal for space is `Refused`), or a read settled it, or
+            // nothing did: the next write says.
             Written::Failed(_) | Written::Resolved { .. } | Written::Unknown(_) => {}
         }
         let outcome = self.settle(session, nonce, written);
