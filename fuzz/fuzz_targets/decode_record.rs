@@ -2,7 +2,7 @@
 //!
 //! The input is one byte `n`, then the key (the next `n` bytes, fewer if the input ends there),
 //! then the value (the rest). The seeds in `corpus/decode_record` are valid records and a tip in
-//! that form (written by `cargo test --lib journal::record -- --ignored`).
+//! that form (written by `LEASEHOLD_WRITE_FUZZ_SEEDS=1 cargo test --lib journal::record`).
 #![no_main]
 
 use leasehold::{Record, Tip};

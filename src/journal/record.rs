@@ -584,16 +584,8 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_record")
     }
 
-    /// Writes the seed corpus: `cargo test --lib journal::record -- --ignored`.
-    #[test]
-    #[ignore = "writes fuzz/corpus/decode_record; run it after changing the encoding"]
-    fn write_the_fuzz_seed_corpus() {
-        std::fs::create_dir_all(corpus_dir()).unwrap();
-        for (name, bytes) in seeds() {
-            std::fs::write(corpus_dir().join(name), bytes).unwrap();
-        }
-    }
-
+    /// With `LEASEHOLD_WRITE_FUZZ_SEEDS=1` set, it writes the seed corpus first (after a
+    /// change of the encoding): `LEASEHOLD_WRITE_FUZZ_SEEDS=1 cargo test --lib journal::record`.
     #[test]
     fn the_committed_fuzz_seeds_are_the_current_encodings() {
         // A packaged crate has no fuzz/: nothing to check there.
@@ -603,12 +595,18 @@ mod tests {
         {
             return;
         }
+        if std::env::var_os("LEASEHOLD_WRITE_FUZZ_SEEDS").is_some() {
+            std::fs::create_dir_all(corpus_dir()).unwrap();
+            for (name, bytes) in seeds() {
+                std::fs::write(corpus_dir().join(name), bytes).unwrap();
+            }
+        }
         for (name, bytes) in seeds() {
             let committed = std::fs::read(corpus_dir().join(name)).unwrap_or_default();
             assert!(
                 committed == bytes,
-                "fuzz/corpus/decode_record/{name} is stale: run `cargo test --lib \
-                 journal::record -- --ignored` to write it again"
+                "fuzz/corpus/decode_record/{name} is stale: run \
+                 `LEASEHOLD_WRITE_FUZZ_SEEDS=1 cargo test --lib journal::record` to write it again"
             );
             let (key, value) = bytes[1..].split_at(usize::from(bytes[0]));
             assert!(Record::decode(key, value).is_ok() || Tip::decode(key, value).is_ok());
