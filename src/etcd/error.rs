@@ -112,6 +112,17 @@ impl EtcdError {
         Self::new(operation, "(none)", etcd_client::Error::GRpcStatus(status))
     }
 
+    /// etcd's refusal for space (its NOSPACE answer), for tests of what meets it.
+    #[cfg(test)]
+    pub(crate) fn no_space(operation: &'static str) -> Self {
+        let status = tonic::Status::resource_exhausted(ETCD_NO_SPACE);
+        Self::new(
+            operation,
+            "http://e",
+            etcd_client::Error::GRpcStatus(status),
+        )
+    }
+
     /// What the failure means for the request; see [`FailureClass`].
     pub fn class(&self) -> FailureClass {
         self.class

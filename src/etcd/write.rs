@@ -584,14 +584,10 @@ mod tests {
                 assert!(matches!(next, Next::Check | Next::Resolve), "{next:?}");
             }
         }
-        let space = EtcdError::new(
-            "append",
-            "(txn)",
-            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
-                "etcdserver: mvcc: database space exceeded",
-            )),
+        assert_eq!(
+            Attempt::of(&EtcdError::no_space("append")),
+            Attempt::RefusedForSpace
         );
-        assert_eq!(Attempt::of(&space), Attempt::RefusedForSpace);
     }
 
     #[test]
@@ -725,10 +721,7 @@ mod tests {
             step => panic!("{step:?}"),
         }
         // Refused for space on the first send: read once.
-        let space = status(
-            tonic::Code::ResourceExhausted,
-            "etcdserver: mvcc: database space exceeded",
-        );
+        let space = EtcdError::no_space("append");
         let mut sending = Sending::new(&policy, 0, 1);
         assert!(matches!(sending.failed(space, false, true), Step::Check(_)));
     }

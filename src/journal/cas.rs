@@ -757,15 +757,7 @@ pub(super) mod tests {
     #[test]
     fn a_send_refused_for_space_is_settled_by_the_read_after_it() {
         let (ours, theirs) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let space = || {
-            EtcdError::new(
-                "append",
-                "(txn)",
-                etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
-                    "etcdserver: mvcc: database space exceeded",
-                )),
-            )
-        };
+        let space = || EtcdError::no_space("append");
         let refused = |first, tip, owner| {
             settled(Written::Refused {
                 error: space(),

@@ -403,13 +403,7 @@ mod tests {
     fn an_etcd_refusal_for_space_raises_the_nospace_alarm_and_an_appended_record_clears_it() {
         let metrics = Metrics::new("n", &Namespace::default());
         let nospace = metrics.nospace();
-        let full = EtcdError::new(
-            "txn",
-            "e",
-            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
-                "etcdserver: mvcc: database space exceeded",
-            )),
-        );
+        let full = EtcdError::no_space("txn");
         let refused = Err::<(), _>(JournalWriteError::Etcd(full));
         count_append(&metrics, &refused, false, false, 1, Duration::ZERO);
         assert!(*nospace.borrow());
