@@ -74,13 +74,16 @@ impl Sent {
         }
     }
 
-    /// Whether etcd answered it NOSPACE (so that it now refuses puts), applied or not.
+    /// Whether it committed and etcd answered it NOSPACE all the same, so that etcd now refuses
+    /// puts. (One refused unapplied says so by its error.)
     pub(crate) fn for_space(&self) -> bool {
-        match self {
-            Sent::Committed { for_space, .. } => *for_space,
-            Sent::Failed(error) => error.is_no_space(),
-            Sent::Fenced { .. } | Sent::Unknown(_) => false,
-        }
+        matches!(
+            self,
+            Sent::Committed {
+                for_space: true,
+                ..
+            }
+        )
     }
 
     /// The same outcome, settled by a read if `by_read` (an earlier read of a shared

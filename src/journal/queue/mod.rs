@@ -55,7 +55,7 @@ const _GETS_WITHIN_COMPARES: () =
     assert!(ELSE_GETS <= APPEND_COMPARES && RESOLVE_GETS <= APPEND_COMPARES);
 
 /// What an append call is told, whether only the resolving read settled its transaction's
-/// outcome, and whether etcd answered that transaction NOSPACE (for the metrics).
+/// outcome, and whether etcd answered NOSPACE a transaction it applied (for the metrics).
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) result: Result<Appended, JournalWriteError>,
