@@ -306,12 +306,18 @@ async fn each_broken_journal_is_reported_as_its_own_violation() {
         etcd.raw.clone().delete(key, None).await.unwrap();
     }
     let raw = journal();
-    raw.fence(1, 10, None).await;
+    let f = raw.fence(1, 10, None).await;
     raw.put(
         etcd.ns.record_key(raw.session, 2),
         b"\x01\x00garbage".to_vec(),
     )
     .await;
+    raw.tip(1, 10, f).await;
+    let raw = journal();
+    let f = raw.fence(1, 10, None).await;
+    raw.tip(1, 10, f).await;
+    raw.put(etcd.ns.base_key(raw.session), b"no base".to_vec())
+        .await;
     let raw = journal();
     let f = raw.fence(1, 10, None).await;
     let _ = f;
@@ -346,7 +352,7 @@ async fn each_broken_journal_is_reported_as_its_own_violation() {
         broken += usize::from(!alone.is_sound());
     }
     // The two gaps, the fork, the stale record, the tip behind, the tip that names another
-    // record, the undecodable record and the undecodable tip (the rest break only what their
-    // callers were told).
-    assert_eq!(broken, 8, "the journals broken above are found broken");
+    // record, the undecodable record, base and tip (the rest break only what their callers
+    // were told).
+    assert_eq!(broken, 9, "the journals broken above are found broken");
 }

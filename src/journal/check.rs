@@ -524,7 +524,7 @@ fn split_journal_key<'k>(prefix: &str, key: &'k [u8]) -> Option<(Uuid, &'k [u8])
 struct Scanned {
     session: Uuid,
     /// The base key's value, if it came (before any record).
-    base: Option<Result<u64, super::DecodeError>>,
+    base: Option<u64>,
     walker: Option<Walker>,
     tip: Option<Result<Tip, super::DecodeError>>,
     /// The first undecodable key: the records after it are not checked.
@@ -549,30 +549,31 @@ impl Scanned {
         });
     }
 
-    /// One of the journal's keys: `rest` is what follows its session.
+    /// One of the journal's keys: `rest` is what follows its session. After an undecodable
+    /// key only the tip is taken (as [`check`] reads it whatever the records hold).
     fn take(&mut self, rest: &[u8], key: &[u8], value: &[u8]) {
-        if self.undecodable.is_some() {
-            return;
-        }
         match rest {
-            b"base" => self.base = Some(super::record::decode_base(key, value)),
             b"tip" => self.tip = Some(decode_tip(key, value)),
+            _ if self.undecodable.is_some() => {}
+            b"base" => match super::record::decode_base(key, value) {
+                Ok(base) => self.base = Some(base),
+                Err(error) => self.undecodable(error),
+            },
             _ if rest.starts_with(b"r/") => {
                 let seq = super::seq_of_key(key);
                 let record = match super::decode_record(key, seq, value) {
                     Ok(record) => record,
                     Err(error) => return self.undecodable(error),
                 };
-                // Without a base key, the journal starts at its first record (see `base_of`).
-                let base = match self.base.take() {
-                    Some(Err(error)) => return self.undecodable(error),
-                    Some(Ok(base)) => base,
-                    None => record.seq(),
+                let walker = match &mut self.walker {
+                    Some(walker) => walker,
+                    // The first record: without a base key, the journal starts there (see
+                    // `base_of`).
+                    None => self
+                        .walker
+                        .insert(Walker::new(self.base.unwrap_or(record.seq()))),
                 };
-                self.base = Some(Ok(base));
-                self.walker
-                    .get_or_insert_with(|| Walker::new(base))
-                    .step(&record);
+                walker.step(&record);
             }
             // Nothing else lives under a journal's prefix: not the journal's, skipped.
             _ => {}
@@ -580,18 +581,8 @@ impl Scanned {
     }
 
     fn finish(self, revision: i64) -> JournalCheck {
-        let base = match &self.base {
-            Some(Ok(base)) => *base,
-            _ => 1,
-        };
+        let base = self.base.unwrap_or(1);
         let mut walker = self.walker.unwrap_or_else(|| Walker::new(base));
-        let mut violations = Vec::new();
-        if let Some(Err(error)) = self.base {
-            violations.push(Violation::Undecodable {
-                key: error.key,
-                reason: error.reason,
-            });
-        }
         match self.undecodable {
             Some(violation) => walker.violations.push(violation),
             None => walker.finish(self.tip.as_ref().and_then(|tip| tip.as_ref().ok().copied())),
@@ -602,7 +593,6 @@ impl Scanned {
                 reason: error.reason.clone(),
             });
         }
-        violations.append(&mut walker.violations);
         JournalCheck {
             session: self.session,
             revision,
@@ -611,7 +601,7 @@ impl Scanned {
             events: walker.events,
             fence_epochs: walker.fence_epochs,
             tip: self.tip.and_then(Result::ok),
-            violations,
+            violations: walker.violations,
         }
     }
 }
