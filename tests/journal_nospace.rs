@@ -313,8 +313,9 @@ async fn room_between(etcd: &common::Etcd, min: i64, max: i64) -> i64 {
 /// Makes etcd apply `write` (a write that puts) right after a raw put of `put` bytes, both
 /// having passed etcd's quota check on the size before either: a defragmentation holds etcd's
 /// applies back while the put and then `write` are proposed, in that order (etcd's
-/// `proposals_pending` says each is waiting). `None` if the defragmentation ended too soon for
-/// that; else what `write` came to. The put is `filler/race`, deleted again if `None`.
+/// `proposals_pending` says each is waiting). `None` if the defragmentation ended before the put
+/// waited, and `write` was not run (the put is `filler/race`, deleted again); else what `write`
+/// came to, whether or not it was seen waiting behind the put: it ran, and may have applied.
 async fn right_after_a_put<T>(
     etcd: &common::Etcd,
     put: usize,
@@ -346,12 +347,15 @@ async fn right_after_a_put<T>(
         return None;
     }
     let (written, queued) = tokio::join!(write, soon(|| async { pending().await > base + 1.0 }));
+    if !queued {
+        eprintln!("the write was not seen waiting behind the put");
+    }
     defrag.await.unwrap().expect("defrag");
     putting
         .await
         .unwrap()
         .expect("the put applies, answered before the alarm");
-    queued.then_some(written)
+    Some(written)
 }
 
 /// Frees what `room_between` and `right_after_a_put` filled, and disarms the alarm.
@@ -411,8 +415,9 @@ async fn an_append_etcd_applied_and_answered_nospace_is_committed_and_the_journa
             "attempt {attempt}: the append was not the one etcd applied past its quota \
              (applied {applied}, {appended:?})"
         );
-        if let Ok(appended) = &appended {
-            last_seq = appended.last_seq;
+        if applied {
+            // Its record is the tip now, whatever the append was told (the history checks that).
+            last_seq += 1;
         }
         free(&etcd).await;
     }
