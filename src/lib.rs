@@ -101,6 +101,9 @@ pub mod keys;
 pub mod lease;
 pub mod metrics;
 pub mod rig;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod sidecar;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

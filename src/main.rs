@@ -21,10 +21,11 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    // LEASEHOLD_LOG, else RUST_LOG, else warnings only.
+    // LEASEHOLD_LOG, else RUST_LOG, else warnings only (and, for `serve`, its line per attach,
+    // acquisition, loss and release).
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| "warn".into());
+        .unwrap_or_else(|_| args.default_log_filter().into());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -6,6 +6,7 @@ pub(crate) mod demo;
 pub(crate) mod node;
 pub(crate) mod scratch;
 pub(crate) mod serve;
+pub(crate) mod sidecar;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -155,6 +156,14 @@ impl Cli {
     pub(crate) fn log_format(&self) -> LogFormat {
         self.common.log_format
     }
+
+    /// The log filter when neither LEASEHOLD_LOG nor RUST_LOG is set.
+    pub(crate) fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Serve(_) => "warn,leasehold::sidecar=info",
+            _ => "warn",
+        }
+    }
 }
 
 /// The environment variable a password may come from (there is no flag for it).
@@ -193,6 +202,11 @@ enum Command {
     Revoke(admin::RevokeArgs),
     /// Check journals against the journal invariants: exit 0 if sound, 1 on a violation.
     Check(admin::CheckArgs),
+    /// Serve fenced journals to any language over gRPC (leasehold.v1.Leasehold, with health
+    /// and reflection): one store for all clients, ownership scoped to each client's Attach
+    /// stream; shut down in order on SIGTERM or SIGINT (every stream's sessions released,
+    /// then the store closed). See docs/sidecar.md.
+    Serve(sidecar::ServeArgs),
 }
 
 /// A failure and the exit code it maps to.
@@ -450,6 +464,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Status => status(&cli.common).await,
         Command::Node(args) => node::run(&cli.common, args).await,
+        Command::Serve(args) => sidecar::run(&cli.common, args).await,
         Command::Demo => demo::run(&cli.common).await,
         Command::Bench(args) => bench::run(&cli.common, args).await,
         Command::Owners(args) => admin::owners(&cli.common, args).await,

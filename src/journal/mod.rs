@@ -279,24 +279,38 @@ impl Journal {
         &self,
         payloads: &[P],
     ) -> Result<Appended, JournalWriteError> {
+        self.append_batch_placed(payloads).await.0
+    }
+
+    /// [`append_batch`](Self::append_batch), and the call's place in the transaction that
+    /// took it (its first and last sequence numbers), whatever that came to: `None` if no
+    /// transaction took it. An outcome left unknown is settled later by the record at the
+    /// first: an event of this journal's epoch there means it committed (one journal per
+    /// epoch, and only this transaction of it takes that sequence number while it may apply).
+    pub(crate) async fn append_batch_placed<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+    ) -> (Result<Appended, JournalWriteError>, Option<(u64, u64)>) {
         // What can be refused from the call alone; the journal's condition and the lease are
         // checked when the call joins the queue, and again when its transaction is formed.
         if payloads.is_empty() {
-            return Err(JournalWriteError::Empty);
+            return (Err(JournalWriteError::Empty), None);
         }
         let limits = &self.context.limits;
         if payloads.len() > limits.max_records() {
-            return Err(JournalWriteError::TooManyRecords {
+            let error = JournalWriteError::TooManyRecords {
                 count: payloads.len(),
                 max: limits.max_records(),
-            });
+            };
+            return (Err(error), None);
         }
         let size = self.encoded_size(payloads);
         if size > limits.max_bytes() {
-            return Err(JournalWriteError::TooLarge {
+            let error = JournalWriteError::TooLarge {
                 bytes: size,
                 max: limits.max_bytes(),
-            });
+            };
+            return (Err(error), None);
         }
         let (started, count) = (tokio::time::Instant::now(), payloads.len());
         let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
@@ -314,7 +328,13 @@ impl Journal {
             count,
             started.elapsed(),
         );
-        answer.result
+        (answer.result, answer.place)
+    }
+
+    /// The sequence number the next append takes, as this journal knows it now: just after
+    /// its fence when it was just opened, and after the last append that committed since.
+    pub fn next_seq(&self) -> u64 {
+        self.writer.next_seq()
     }
 
     /// Trims the journal: removes the records before `before`, keeping `before` and every

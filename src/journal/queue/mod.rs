@@ -61,6 +61,10 @@ pub(crate) struct Answer {
     pub(crate) result: Result<Appended, JournalWriteError>,
     pub(crate) by_read: bool,
     pub(crate) for_space: bool,
+    /// The call's place in the transaction that took it (its first and last sequence numbers),
+    /// whatever that transaction came to; `None` if none took it. An outcome left unknown is
+    /// settled later by the record at the first: this journal's epoch there means committed.
+    pub(crate) place: Option<(u64, u64)>,
 }
 
 impl Answer {
@@ -69,6 +73,7 @@ impl Answer {
             result: Err(error),
             by_read: false,
             for_space: false,
+            place: None,
         }
     }
 }
@@ -152,6 +157,11 @@ impl Writer {
 
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// The sequence number the next append takes.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.state().next_seq
     }
 
     /// The encoded size the limits are checked against, for an append of these payloads.
@@ -646,22 +656,21 @@ impl Batcher {
         member.settled = true;
         let mut first_seq = member.first_seq;
         for call in member.calls.drain(..) {
-            let result = result.clone().map(|appended| {
-                // Inside the appended range: these never saturate.
-                let last_seq = first_seq.saturating_add(call.payloads.len() as u64 - 1);
-                let own = Appended {
-                    first_seq,
-                    last_seq,
-                    ..appended
-                };
-                first_seq = last_seq.saturating_add(1);
-                own
+            // Inside the transaction's range: these never saturate.
+            let last_seq = first_seq.saturating_add(call.payloads.len() as u64 - 1);
+            let place = (first_seq, last_seq);
+            first_seq = last_seq.saturating_add(1);
+            let result = result.clone().map(|appended| Appended {
+                first_seq: place.0,
+                last_seq: place.1,
+                ..appended
             });
             // A caller that went away meanwhile no longer needs its answer.
             let _ = call.reply.send(Answer {
                 result,
                 by_read,
                 for_space,
+                place: Some(place),
             });
         }
     }

@@ -1,0 +1,723 @@
+//! The gRPC sidecar behind `leasehold serve`: fenced session journals for any language.
+//!
+//! One [`Sidecar`] holds one [`Store`] (one node lease, one keepalive stream, one owner watch)
+//! for all of its clients, and serves the `leasehold.v1.Leasehold` service of
+//! `proto/leasehold/v1/leasehold.proto` (the contract, documented field by field), with
+//! `grpc.health.v1.Health` and server reflection beside it.
+//!
+//! - **Ownership is scoped to an `Attach` stream.** A session acquired through a stream is
+//!   released when the stream ends, is cancelled, or its client stops answering HTTP/2
+//!   keepalive pings ([`SidecarOptions::client_keepalive`]): every session it holds, at once.
+//!   A dead or frozen client never leaves an owner behind in the sidecar. An acquired
+//!   session's journal is fenced before `Acquired` is sent.
+//! - **Appends carry `(session, epoch)`**, and the sidecar appends them only while it owns the
+//!   session at that epoch through some stream; etcd's compare-and-swap refuses a stale owner
+//!   besides. Appends of one session from many calls share transactions (group commit).
+//! - **A request id makes a retry exactly-once** (see [`requests`]): the retry answers what
+//!   the first call came to, or settles its unknown outcome by reading the record at the
+//!   call's place, and never appends twice.
+//! - **Errors** are gRPC codes with a `google.rpc.ErrorInfo` (domain `leasehold`); see the
+//!   proto.
+
+pub mod proto {
+    //! The messages and service of `proto/leasehold/v1/leasehold.proto`, generated, with the
+    //! client for Rust callers (`leasehold_client::LeaseholdClient`).
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("leasehold.v1");
+
+    /// The encoded file descriptors of the proto, as server reflection serves them.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("leasehold_descriptor");
+}
+
+mod attach;
+pub(crate) mod refusal;
+pub mod requests;
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{KvClient, Txn, TxnOp};
+use futures_util::Stream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status};
+use uuid::Uuid;
+
+use crate::journal::{Journal, Record};
+use crate::lease::{Epoch, Lease};
+use crate::store::{OwnerValue, Store};
+use proto::leasehold_server::{Leasehold, LeaseholdServer};
+use proto::{
+    AppendRequest, AppendResponse, AttachRequest, AttachResponse, ReplayRequest, ReplayResponse,
+    ValidateRequest, ValidateResponse,
+};
+use refusal::Refusal;
+use requests::{Begun, Outcome, Requests};
+
+pub use refusal::DOMAIN;
+
+/// How many ended sessions (released or lost) the sidecar remembers, with their epoch and loss
+/// reason: an append under such an epoch is refused `LEASE_LOST`, and a retry of one of its
+/// requests still answers what it came to.
+const ENDED: usize = 10_000;
+
+/// How a [`Sidecar`] serves its clients.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SidecarOptions {
+    /// The HTTP/2 keepalive ping interval, and how long a client may take to answer a ping:
+    /// a client that does not answer in time has its connection closed, and the sessions of
+    /// its `Attach` streams released. Default 2 s.
+    pub client_keepalive: Duration,
+}
+
+impl Default for SidecarOptions {
+    fn default() -> Self {
+        Self {
+            client_keepalive: Duration::from_secs(2),
+        }
+    }
+}
+
+impl SidecarOptions {
+    /// Sets [`client_keepalive`](Self::client_keepalive).
+    pub fn with_client_keepalive(mut self, keepalive: Duration) -> Self {
+        self.client_keepalive = keepalive;
+        self
+    }
+}
+
+/// The sidecar: one store serving many clients over gRPC. Cheap to clone.
+#[derive(Clone)]
+pub struct Sidecar {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sidecar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sidecar")
+            .field("node", &self.inner.store.node())
+            .field("owned", &self.inner.lock().owned.len())
+            .finish()
+    }
+}
+
+/// A session owned through one of the sidecar's streams.
+pub(crate) struct Owned {
+    lease: Lease,
+    journal: Journal,
+    requests: Arc<Requests>,
+}
+
+/// A session that ended here (released or lost): its epoch, why, and its requests.
+struct Ended {
+    epoch: Epoch,
+    loss: &'static str,
+    requests: Arc<Requests>,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    options: SidecarOptions,
+    sessions: Mutex<Sessions>,
+    /// Cancelled by [`Sidecar::shutdown`]: every stream releases its sessions and ends.
+    stop: CancellationToken,
+    streams: TaskTracker,
+}
+
+#[derive(Default)]
+struct Sessions {
+    owned: HashMap<Uuid, Arc<Owned>>,
+    ended: HashMap<Uuid, Ended>,
+    ended_order: VecDeque<Uuid>,
+    next_stream: u64,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `owned` as the session's owner here.
+    fn own(&self, session: Uuid, owned: Arc<Owned>) {
+        let mut sessions = self.lock();
+        sessions.ended.remove(&session);
+        sessions.owned.insert(session, owned);
+    }
+
+    /// Records that `session`'s ownership at `epoch` ended, for `loss`.
+    fn end(&self, session: Uuid, epoch: Epoch, loss: &'static str) {
+        let mut sessions = self.lock();
+        let Some(owned) = sessions.owned.get(&session) else {
+            return;
+        };
+        if owned.lease.epoch() != epoch {
+            return;
+        }
+        let owned = sessions.owned.remove(&session).expect("looked up above");
+        sessions.ended.insert(
+            session,
+            Ended {
+                epoch,
+                loss,
+                requests: owned.requests.clone(),
+            },
+        );
+        sessions.ended_order.push_back(session);
+        while sessions.ended_order.len() > ENDED {
+            if let Some(oldest) = sessions.ended_order.pop_front()
+                && !sessions.owned.contains_key(&oldest)
+            {
+                sessions.ended.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Where an append under `(session, epoch)` stands here.
+enum Standing {
+    /// Owned at that epoch.
+    Owned(Arc<Owned>),
+    /// Ended at that epoch: refused, but its requests are remembered.
+    Ended(Arc<Requests>, Refusal),
+    /// Never owned here at that epoch.
+    Refused(Refusal),
+}
+
+impl Sidecar {
+    /// A sidecar over `store`. The store stays the caller's: close it after
+    /// [`shutdown`](Self::shutdown).
+    pub fn new(store: Arc<Store>, options: SidecarOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                options,
+                sessions: Mutex::new(Sessions::default()),
+                stop: CancellationToken::new(),
+                streams: TaskTracker::new(),
+            }),
+        }
+    }
+
+    /// The store it serves.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.inner.store
+    }
+
+    /// How many sessions its clients own now.
+    pub fn owned_sessions(&self) -> usize {
+        self.inner.lock().owned.len()
+    }
+
+    /// The `leasehold.v1.Leasehold` service, to add to a tonic server of the caller's.
+    pub fn service(&self) -> LeaseholdServer<Sidecar> {
+        LeaseholdServer::new(self.clone())
+            .max_decoding_message_size(4 * 1024 * 1024)
+            .max_encoding_message_size(4 * 1024 * 1024)
+    }
+
+    /// Serves the service, health (`SERVING` only while the node lease is valid, for `""` and
+    /// `leasehold.v1.Leasehold`) and reflection (v1 and v1alpha) on `incoming` until
+    /// `shutdown` resolves; then [`shutdown`](Self::shutdown)s, releasing every attached
+    /// session, and returns once every stream has ended.
+    pub async fn serve<I, IO, IE>(
+        &self,
+        incoming: I,
+        tls: Option<tonic::transport::ServerTlsConfig>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error>
+    where
+        I: Stream<Item = Result<IO, IE>> + Send,
+        IO: tokio::io::AsyncRead
+            + tokio::io::AsyncWrite
+            + tonic::transport::server::Connected
+            + Unpin
+            + Send
+            + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let keepalive = self.inner.options.client_keepalive;
+        let (reporter, health) = tonic_health::server::health_reporter();
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .expect("the generated descriptors are valid");
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .expect("the generated descriptors are valid");
+        let reporting = tokio::spawn(report_health(
+            self.inner.store.clone(),
+            reporter,
+            self.inner.stop.clone(),
+        ));
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(keepalive))
+            .http2_keepalive_timeout(Some(keepalive));
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls)?;
+        }
+        let stop = self.inner.stop.clone();
+        let this = self.clone();
+        let served = builder
+            .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(self.service())
+            .serve_with_incoming_shutdown(incoming, async move {
+                tokio::select! {
+                    () = shutdown => {}
+                    () = stop.cancelled() => {}
+                }
+                // Streams end once their sessions are released; then the server stops.
+                this.shutdown().await;
+            })
+            .await;
+        reporting.abort();
+        served
+    }
+
+    /// Releases every session its clients own, ends their streams, and waits for them.
+    /// Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        self.inner.streams.close();
+        self.inner.streams.wait().await;
+    }
+
+    /// Where an append under `(session, epoch)` stands.
+    fn standing(&self, session: Uuid, epoch: Epoch) -> Standing {
+        let sessions = self.inner.lock();
+        if let Some(owned) = sessions.owned.get(&session) {
+            let owner = owned.lease.epoch();
+            if owner == epoch {
+                return Standing::Owned(owned.clone());
+            }
+            if owner > epoch {
+                return Standing::Refused(Refusal::fenced(session, epoch, Some(owner)));
+            }
+            return Standing::Refused(Refusal::not_owner(session, epoch, Some(owner)));
+        }
+        if let Some(ended) = sessions.ended.get(&session) {
+            if ended.epoch == epoch {
+                return Standing::Ended(
+                    ended.requests.clone(),
+                    Refusal::lease_lost(session, epoch, ended.loss),
+                );
+            }
+            if ended.epoch > epoch {
+                return Standing::Refused(Refusal::fenced(session, epoch, None));
+            }
+        }
+        Standing::Refused(Refusal::not_owner(session, epoch, None))
+    }
+
+    /// Appends `payloads` to `owned`'s journal: the outcome to remember.
+    async fn append_to(owned: &Owned, payloads: &[Vec<u8>]) -> Outcome {
+        let (session, epoch) = (owned.lease.session_id(), owned.lease.epoch());
+        match owned.journal.append_batch_placed(payloads).await {
+            (Ok(appended), _) => Outcome::Appended(AppendResponse {
+                first_seq: appended.first_seq,
+                last_seq: appended.last_seq,
+                revision: appended.revision,
+            }),
+            (Err(crate::JournalWriteError::OutcomeUnknown(_)), Some((first_seq, last_seq))) => {
+                Outcome::Unknown {
+                    first_seq,
+                    last_seq,
+                }
+            }
+            (Err(error), _) => Outcome::Refused(Refusal::of_append(session, epoch, &error)),
+        }
+    }
+
+    /// What an unknown outcome of `session`'s append under `epoch` at `first_seq..=last_seq`
+    /// came to, from one linearizable read of the record at `first_seq` and the owner key:
+    /// an event of `epoch` there is the append (one journal per epoch, and only that
+    /// transaction of it took `first_seq` while it could apply); another record there, or
+    /// none while the owner key no longer has `epoch` (the transaction compares it, and a
+    /// create_revision never comes back), means it never applied. Else it is still unknown:
+    /// the record may have been trimmed, or the transaction may still apply.
+    async fn settle(
+        &self,
+        session: Uuid,
+        epoch: Epoch,
+        (first_seq, last_seq): (u64, u64),
+    ) -> (Outcome, bool) {
+        let namespace = self.inner.store.namespace();
+        let record_key = namespace.record_key(session, first_seq);
+        let owner_key = namespace.owner_key(session);
+        let read = self
+            .inner
+            .store
+            .connection()
+            .read("settle append", |mut client: KvClient, _| {
+                let txn = Txn::new().and_then([
+                    TxnOp::get(record_key.clone(), None),
+                    TxnOp::get(owner_key.clone(), None),
+                ]);
+                async move { client.txn(txn).await }
+            })
+            .await;
+        let response = match read {
+            Ok(response) => response,
+            Err(error) => {
+                let unknown = Refusal::outcome_unknown(session, epoch, crate::etcd::chain(&error));
+                return (Outcome::Refused(unknown), false);
+            }
+        };
+        let mut gets = crate::etcd::gets(&response);
+        let (record, owner) = (gets.next().flatten(), gets.next().flatten());
+        if let Some(kv) = record {
+            return match crate::journal::decode_record(kv.key(), Some(first_seq), kv.value()) {
+                Ok(Record::Event(event)) if event.epoch == epoch => (
+                    Outcome::Appended(AppendResponse {
+                        first_seq,
+                        last_seq,
+                        revision: kv.mod_revision(),
+                    }),
+                    true,
+                ),
+                Ok(_) => (
+                    Outcome::Refused(Refusal::fenced(session, epoch, None)),
+                    true,
+                ),
+                Err(error) => {
+                    let unknown = Refusal::outcome_unknown(session, epoch, error);
+                    (Outcome::Refused(unknown), false)
+                }
+            };
+        }
+        let owner_epoch = owner.map(|kv| Epoch::from_revision(kv.create_revision()));
+        if owner_epoch != Some(epoch) {
+            let lost = Refusal::lease_lost(session, epoch, "outcome_settled_not_applied");
+            return (Outcome::Refused(lost), true);
+        }
+        let unknown = Refusal::outcome_unknown(
+            session,
+            epoch,
+            "the owner key still has this epoch and the record is not there (yet)",
+        );
+        (Outcome::Refused(unknown), false)
+    }
+
+    /// The owner of `session` from a linearizable read: its epoch and node name.
+    async fn owner(&self, session: Uuid) -> Result<Option<(Epoch, String)>, Refusal> {
+        let key = self.inner.store.namespace().owner_key(session);
+        let response = self
+            .inner
+            .store
+            .connection()
+            .read("owner", |mut client: KvClient, _| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await
+            .map_err(|error| Refusal::etcd(&error))?;
+        Ok(response.kvs().first().map(|kv| {
+            let node = OwnerValue::decode(kv.value()).map_or_else(String::new, |value| value.node);
+            (Epoch::from_revision(kv.create_revision()), node)
+        }))
+    }
+}
+
+/// Parses a session id: INVALID_ARGUMENT with a `BadRequest` if it is not a UUID.
+fn parse_session(text: &str) -> Result<Uuid, Refusal> {
+    text.parse().map_err(|error| {
+        Refusal::malformed(
+            "session",
+            format!("session {text:?} is not a UUID: {error}"),
+        )
+    })
+}
+
+/// Keeps the health service's answer in step with the node lease: `SERVING` while it is
+/// valid, `NOT_SERVING` otherwise.
+async fn report_health(
+    store: Arc<Store>,
+    reporter: tonic_health::server::HealthReporter,
+    stop: CancellationToken,
+) {
+    let mut serving = None;
+    loop {
+        let now = store.is_node_lease_valid();
+        if serving != Some(now) {
+            let status = if now {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            reporter.set_service_status("", status).await;
+            reporter
+                .set_service_status("leasehold.v1.Leasehold", status)
+                .await;
+            serving = Some(now);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = stop.cancelled() => {
+                reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+                reporter
+                    .set_service_status("leasehold.v1.Leasehold", tonic_health::ServingStatus::NotServing)
+                    .await;
+                return;
+            }
+        }
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Leasehold for Sidecar {
+    type AttachStream = BoxStream<AttachResponse>;
+    type ReplayStream = BoxStream<ReplayResponse>;
+
+    async fn attach(
+        &self,
+        request: Request<tonic::Streaming<AttachRequest>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        if self.inner.stop.is_cancelled() {
+            return Err(Status::unavailable("the sidecar is shutting down"));
+        }
+        let peer = request.remote_addr();
+        let requests = request.into_inner();
+        let (sender, receiver) = mpsc::channel(64);
+        let stream = {
+            let mut sessions = self.inner.lock();
+            sessions.next_stream += 1;
+            sessions.next_stream
+        };
+        self.inner
+            .streams
+            .spawn(attach::run(self.clone(), stream, peer, requests, sender));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
+    }
+
+    async fn append(
+        &self,
+        request: Request<AppendRequest>,
+    ) -> Result<Response<AppendResponse>, Status> {
+        let request = request.into_inner();
+        let session = parse_session(&request.session).map_err(|r| r.status())?;
+        let epoch = Epoch(request.epoch);
+        let (owned, requests) = match self.standing(session, epoch) {
+            Standing::Owned(owned) => {
+                let requests = owned.requests.clone();
+                (Some(owned), Some(requests))
+            }
+            Standing::Ended(requests, refusal) => {
+                if request.request_id.is_empty() {
+                    return Err(refusal.status());
+                }
+                // A retry of a request made while the session was owned is still answered.
+                let _ = refusal;
+                (None, Some(requests))
+            }
+            Standing::Refused(refusal) => return Err(refusal.status()),
+        };
+        let answer = |outcome: Outcome| match outcome {
+            Outcome::Appended(response) => Ok(Response::new(response)),
+            Outcome::Refused(refusal) => Err(refusal.status()),
+            Outcome::Unknown { .. } => Err(Refusal::outcome_unknown(
+                session,
+                epoch,
+                "the transaction's outcome stayed unknown",
+            )
+            .status()),
+        };
+        let (Some(requests), false) = (requests, request.request_id.is_empty()) else {
+            let owned = owned.expect("a session without requests is owned");
+            return answer(Self::append_to(&owned, &request.payloads).await);
+        };
+        let id = request.request_id.as_str();
+        match requests.begin(id, requests::digest(&request.payloads)) {
+            Begun::Reused => Err(Refusal::reused(id).status()),
+            Begun::First(sender) => {
+                let Some(owned) = owned else {
+                    // Ended, and this id was never seen: not appended.
+                    let refusal = match self.standing(session, epoch) {
+                        Standing::Ended(_, refusal) | Standing::Refused(refusal) => refusal,
+                        Standing::Owned(_) => Refusal::not_owner(session, epoch, None),
+                    };
+                    requests.finish(id, &sender, Outcome::Refused(refusal.clone()));
+                    return Err(refusal.status());
+                };
+                let outcome = Self::append_to(&owned, &request.payloads).await;
+                requests.finish(id, &sender, outcome.clone());
+                match outcome {
+                    Outcome::Unknown {
+                        first_seq,
+                        last_seq,
+                    } => {
+                        let (settled, fin) =
+                            self.settle(session, epoch, (first_seq, last_seq)).await;
+                        if fin {
+                            requests.settled(id, settled.clone());
+                        }
+                        answer(settled)
+                    }
+                    outcome => answer(outcome),
+                }
+            }
+            Begun::Retry(first) => {
+                let Some(outcome) = requests::outcome_of(first).await else {
+                    return Err(Refusal::outcome_unknown(
+                        session,
+                        epoch,
+                        "the first call went away",
+                    )
+                    .status());
+                };
+                match outcome {
+                    Outcome::Unknown {
+                        first_seq,
+                        last_seq,
+                    } => {
+                        let (settled, fin) =
+                            self.settle(session, epoch, (first_seq, last_seq)).await;
+                        if fin {
+                            requests.settled(id, settled.clone());
+                        }
+                        answer(settled)
+                    }
+                    outcome => answer(outcome),
+                }
+            }
+        }
+    }
+
+    async fn replay(
+        &self,
+        request: Request<ReplayRequest>,
+    ) -> Result<Response<Self::ReplayStream>, Status> {
+        let request = request.into_inner();
+        let session = parse_session(&request.session).map_err(|r| r.status())?;
+        let store = self.inner.store.clone();
+        let stop = self.inner.stop.clone();
+        let (sender, receiver) = mpsc::channel(64);
+        tokio::spawn(replay(store, session, request, sender, stop));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
+    }
+
+    async fn validate(
+        &self,
+        request: Request<ValidateRequest>,
+    ) -> Result<Response<ValidateResponse>, Status> {
+        let request = request.into_inner();
+        let session = parse_session(&request.session).map_err(|r| r.status())?;
+        let owner = self.owner(session).await.map_err(|r| r.status())?;
+        let owner_epoch = owner.map_or(0, |(epoch, _)| epoch.get());
+        Ok(Response::new(ValidateResponse {
+            current: owner_epoch != 0 && owner_epoch == request.epoch,
+            owner_epoch,
+        }))
+    }
+}
+
+/// Streams `session`'s journal at one revision, then (with `follow`) what commits after.
+async fn replay(
+    store: Arc<Store>,
+    session: Uuid,
+    request: ReplayRequest,
+    sender: mpsc::Sender<Result<ReplayResponse, Status>>,
+    stop: CancellationToken,
+) {
+    use futures_util::StreamExt as _;
+    let mut records = store.replay_records(session);
+    if request.from_seq > 0 {
+        records = records.from_seq(request.from_seq);
+    }
+    let mut next_seq = request.from_seq.max(1);
+    loop {
+        let record = tokio::select! {
+            record = records.next() => record,
+            () = sender.closed() => return,
+            () = stop.cancelled() => return,
+        };
+        let Some(record) = record else { break };
+        let record = record.map_err(|error| replay_status(&error));
+        if let Ok(record) = &record {
+            next_seq = record.seq().saturating_add(1);
+        }
+        if !send_record(&sender, record, request.records).await {
+            return;
+        }
+    }
+    if !request.follow {
+        return;
+    }
+    let admin = crate::admin::Admin::new(store.connection().clone(), store.namespace().clone());
+    let mut follow = admin.follow(session, records.revision(), next_seq);
+    loop {
+        let record = tokio::select! {
+            record = follow.next() => record,
+            () = sender.closed() => return,
+            () = stop.cancelled() => return,
+        };
+        let Some(record) = record else { return };
+        let record = record.map_err(|error| replay_status(&error));
+        if !send_record(&sender, record, request.records).await {
+            return;
+        }
+    }
+}
+
+/// Sends one record (fences only with `records`); false once the stream is over.
+async fn send_record(
+    sender: &mpsc::Sender<Result<ReplayResponse, Status>>,
+    record: Result<Record, Status>,
+    records: bool,
+) -> bool {
+    let message = match record {
+        Err(status) => {
+            let _ = sender.send(Err(status)).await;
+            return false;
+        }
+        Ok(Record::Event(event)) => ReplayResponse {
+            seq: event.seq,
+            epoch: event.epoch.get(),
+            kind: Some(proto::replay_response::Kind::Event(event.payload)),
+        },
+        Ok(Record::Fence(fence)) if records => ReplayResponse {
+            seq: fence.seq,
+            epoch: fence.epoch.get(),
+            kind: Some(proto::replay_response::Kind::Fence(proto::Fence {
+                epoch: fence.epoch.get(),
+                previous_seq: fence.previous.as_ref().map_or(0, |tip| tip.seq),
+                previous_epoch: fence.previous.as_ref().map_or(0, |tip| tip.epoch.get()),
+            })),
+        },
+        Ok(Record::Fence(_)) => return true,
+    };
+    sender.send(Ok(message)).await.is_ok()
+}
+
+/// A replay's failure as a status.
+fn replay_status(error: &crate::journal::ReplayError) -> Status {
+    use crate::journal::ReplayError;
+    let (code, reason) = match error {
+        ReplayError::Compacted { .. } => (tonic::Code::OutOfRange, "COMPACTED"),
+        ReplayError::Decode(_) => (tonic::Code::DataLoss, "UNDECODABLE"),
+        ReplayError::Etcd(error) => return Refusal::etcd(error).status(),
+    };
+    let details = tonic_types::ErrorDetails::with_error_info(
+        reason,
+        DOMAIN,
+        HashMap::<String, String>::new(),
+    );
+    <Status as tonic_types::StatusExt>::with_error_details(code, crate::etcd::chain(error), details)
+}

@@ -1,0 +1,234 @@
+//! What the sidecar answers instead of a result: a gRPC status with a `google.rpc.ErrorInfo`
+//! (domain `leasehold`, a reason, metadata), a `RetryInfo` on UNAVAILABLE, a `BadRequest` for
+//! malformed fields. Kept as plain data so that a remembered request answers its retry with
+//! the same status.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+
+use crate::etcd::{EtcdError, FailureClass};
+use crate::journal::{JournalWriteError, OpenJournalError};
+use crate::lease::{Epoch, LossReason};
+
+/// The `domain` of every `ErrorInfo` the sidecar sends.
+pub const DOMAIN: &str = "leasehold";
+
+/// How long a client waits before retrying an UNAVAILABLE call, as its `RetryInfo` says.
+pub(crate) const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// A refusal, as data: turned into a [`Status`] when answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) code: Code,
+    /// The `ErrorInfo` reason; `None` for a malformed field (a `BadRequest` instead).
+    pub(crate) reason: Option<&'static str>,
+    pub(crate) message: String,
+    pub(crate) metadata: Vec<(&'static str, String)>,
+    /// The malformed field, for a `BadRequest`.
+    pub(crate) field: Option<&'static str>,
+}
+
+impl Refusal {
+    fn new(code: Code, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: Some(reason),
+            message: message.into(),
+            metadata: Vec::new(),
+            field: None,
+        }
+    }
+
+    fn with(mut self, key: &'static str, value: impl ToString) -> Self {
+        self.metadata.push((key, value.to_string()));
+        self
+    }
+
+    /// A field that does not parse: INVALID_ARGUMENT with a `BadRequest`.
+    pub(crate) fn malformed(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code: Code::InvalidArgument,
+            reason: None,
+            message: message.into(),
+            metadata: Vec::new(),
+            field: Some(field),
+        }
+    }
+
+    /// A request id reused for other records.
+    pub(crate) fn reused(request_id: &str) -> Self {
+        Self::malformed(
+            "request_id",
+            format!("request_id {request_id:?} was used for other records under this epoch"),
+        )
+    }
+
+    /// Another owner fenced `epoch`: the session is owned at `owner` now.
+    pub(crate) fn fenced(session: uuid::Uuid, epoch: Epoch, owner: Option<Epoch>) -> Self {
+        let refusal = Refusal::new(
+            Code::FailedPrecondition,
+            "FENCED",
+            format!("session {session} epoch {epoch} is fenced by a newer owner"),
+        )
+        .with("session", session)
+        .with("epoch", epoch);
+        match owner {
+            Some(owner) => refusal.with("owner_epoch", owner),
+            None => refusal,
+        }
+    }
+
+    /// The lease of `epoch` was lost (`loss`: a [`LossReason`] label, or `journal_broken`).
+    pub(crate) fn lease_lost(session: uuid::Uuid, epoch: Epoch, loss: &str) -> Self {
+        Refusal::new(
+            Code::FailedPrecondition,
+            "LEASE_LOST",
+            format!("session {session} epoch {epoch}: the lease is lost ({loss})"),
+        )
+        .with("session", session)
+        .with("epoch", epoch)
+        .with("loss", loss)
+    }
+
+    /// This sidecar does not own `session` at `epoch`.
+    pub(crate) fn not_owner(session: uuid::Uuid, epoch: Epoch, owner: Option<Epoch>) -> Self {
+        let refusal = Refusal::new(
+            Code::FailedPrecondition,
+            "NOT_OWNER",
+            format!("session {session} is not owned here at epoch {epoch}"),
+        )
+        .with("session", session)
+        .with("epoch", epoch);
+        match owner {
+            Some(owner) => refusal.with("owner_epoch", owner),
+            None => refusal,
+        }
+    }
+
+    /// The append's outcome is unknown: retry with the same request id to settle it.
+    pub(crate) fn outcome_unknown(session: uuid::Uuid, epoch: Epoch, why: impl ToString) -> Self {
+        Refusal::new(
+            Code::Unavailable,
+            "OUTCOME_UNKNOWN",
+            format!(
+                "session {session} epoch {epoch}: the append may or may not have committed \
+                 ({}); retry with the same request_id to learn which",
+                why.to_string()
+            ),
+        )
+        .with("session", session)
+        .with("epoch", epoch)
+    }
+
+    /// etcd failed a request: UNAVAILABLE (or PERMISSION_DENIED), nothing applied.
+    pub(crate) fn etcd(error: &EtcdError) -> Self {
+        let message = crate::etcd::chain(error);
+        if error.is_permission_denied() {
+            return Refusal::new(Code::PermissionDenied, "PERMISSION_DENIED", message);
+        }
+        let refusal = Refusal::new(Code::Unavailable, "ETCD_UNAVAILABLE", message);
+        match error.class() {
+            FailureClass::Permanent => refusal.with("permanent", "true"),
+            _ => refusal,
+        }
+    }
+
+    /// UNAVAILABLE for a failure of the sidecar's own (its node lease, its shutdown): nothing
+    /// was done, and retrying later may succeed.
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Refusal::new(Code::Unavailable, "ETCD_UNAVAILABLE", message)
+    }
+
+    /// What a failed journal open (the fence, once acquired) is for the client.
+    pub(crate) fn of_open(session: uuid::Uuid, epoch: Epoch, error: &OpenJournalError) -> Self {
+        let message = crate::etcd::chain(error);
+        match error {
+            OpenJournalError::Etcd(error) => Refusal::etcd(error),
+            OpenJournalError::LeaseLost(lost) => Refusal::lease_lost(
+                session,
+                epoch,
+                lost.source.reason.map_or("expired", loss_label),
+            ),
+            OpenJournalError::Fenced(_) => Refusal::fenced(session, epoch, None),
+            OpenJournalError::SequenceExhausted { .. } => {
+                Refusal::new(Code::FailedPrecondition, "SEQUENCE_EXHAUSTED", message)
+            }
+            OpenJournalError::OutcomeUnknown(_) => Refusal::unavailable(message),
+            _ => Refusal::new(Code::Internal, "INTERNAL", message),
+        }
+    }
+
+    /// What an append's error is for its caller.
+    pub(crate) fn of_append(session: uuid::Uuid, epoch: Epoch, error: &JournalWriteError) -> Self {
+        let message = crate::etcd::chain(error);
+        let base = |code, reason| {
+            Refusal::new(code, reason, message.clone())
+                .with("session", session)
+                .with("epoch", epoch)
+        };
+        match error {
+            JournalWriteError::LeaseLost(lost) => Refusal::lease_lost(
+                session,
+                epoch,
+                lost.source.reason.map_or("expired", loss_label),
+            ),
+            JournalWriteError::Fenced(_) => base(Code::FailedPrecondition, "FENCED"),
+            JournalWriteError::Empty => base(Code::InvalidArgument, "EMPTY"),
+            JournalWriteError::TooManyRecords { max, .. } => {
+                base(Code::InvalidArgument, "TOO_MANY_RECORDS").with("max", max)
+            }
+            JournalWriteError::TooLarge { max, .. } => {
+                base(Code::InvalidArgument, "TOO_LARGE").with("max", max)
+            }
+            JournalWriteError::SequenceExhausted { .. } => {
+                base(Code::FailedPrecondition, "SEQUENCE_EXHAUSTED")
+            }
+            JournalWriteError::OutcomeUnknown(_) => {
+                Refusal::outcome_unknown(session, epoch, message)
+            }
+            // Not sent: the journal stopped knowing its tip since an earlier append (whose own
+            // caller was told OUTCOME_UNKNOWN). The session is given up.
+            JournalWriteError::Indeterminate => {
+                Refusal::lease_lost(session, epoch, "journal_broken")
+            }
+            JournalWriteError::Closed => Refusal::lease_lost(session, epoch, "released"),
+            JournalWriteError::Etcd(error) => Refusal::etcd(error)
+                .with("session", session)
+                .with("epoch", epoch),
+        }
+    }
+
+    /// Whether a call refused so certainly did not append, and trying again may (so the
+    /// request id is not remembered: its retry is sent anew).
+    pub(crate) fn retry_sends_again(&self) -> bool {
+        self.reason == Some("ETCD_UNAVAILABLE")
+    }
+
+    /// The status, with its details.
+    pub(crate) fn status(&self) -> Status {
+        let mut details = match (self.reason, self.field) {
+            (Some(reason), _) => {
+                let metadata: HashMap<String, String> = self
+                    .metadata
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), value.clone()))
+                    .collect();
+                ErrorDetails::with_error_info(reason, DOMAIN, metadata)
+            }
+            (None, Some(field)) => ErrorDetails::with_bad_request_violation(field, &self.message),
+            (None, None) => ErrorDetails::new(),
+        };
+        if self.code == Code::Unavailable {
+            details.set_retry_info(Some(RETRY_AFTER));
+        }
+        Status::with_error_details(self.code, &self.message, details)
+    }
+}
+
+/// The label a [`LossReason`] has on the wire (`Lost.reason`, the `loss` metadata).
+pub(crate) fn loss_label(reason: LossReason) -> &'static str {
+    reason.label()
+}

@@ -1,0 +1,727 @@
+//! The gRPC sidecar (`leasehold::sidecar`, `leasehold serve`) through a tonic client, against a
+//! real etcd: every RPC, and every error reason a client can meet.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use leasehold::sidecar::proto::leasehold_client::LeaseholdClient;
+use leasehold::sidecar::proto::{
+    Acquire, AppendRequest, AppendResponse, AttachRequest, AttachResponse, Release, ReplayRequest,
+    ReplayResponse, ValidateRequest, attach_request, attach_response, replay_response,
+};
+use leasehold::sidecar::{DOMAIN, Sidecar, SidecarOptions};
+use leasehold::testing::FaultProxy;
+use leasehold::{Store, StoreOptions, Uuid};
+use tokio::sync::mpsc;
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt as _;
+
+/// A sidecar over `store`, served on a loopback port; and a client of it.
+struct Served {
+    sidecar: Sidecar,
+    client: LeaseholdClient<Channel>,
+    address: String,
+    stop: tokio_util::sync::CancellationToken,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    async fn start(store: Store) -> Self {
+        let sidecar = Sidecar::new(Arc::new(store), SidecarOptions::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let served = tokio::spawn({
+            let (sidecar, stop) = (sidecar.clone(), stop.clone());
+            async move {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                sidecar
+                    .serve(incoming, None, stop.cancelled_owned())
+                    .await
+                    .expect("serves");
+            }
+        });
+        let client = LeaseholdClient::connect(address.clone()).await.unwrap();
+        Self {
+            sidecar,
+            client,
+            address,
+            stop,
+            served,
+        }
+    }
+
+    /// Another client, on a connection of its own.
+    async fn client(&self) -> LeaseholdClient<Channel> {
+        LeaseholdClient::connect(self.address.clone())
+            .await
+            .unwrap()
+    }
+
+    async fn shutdown(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.served)
+            .await
+            .expect("the server stops once its streams end")
+            .unwrap();
+        self.sidecar.store().close().await;
+    }
+}
+
+/// One client's `Attach` stream.
+struct Attached {
+    requests: mpsc::Sender<AttachRequest>,
+    responses: tonic::Streaming<AttachResponse>,
+}
+
+impl Attached {
+    async fn open(client: &mut LeaseholdClient<Channel>) -> Self {
+        let (requests, receiver) = mpsc::channel(16);
+        let responses = client
+            .attach(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+            .expect("attached")
+            .into_inner();
+        Self {
+            requests,
+            responses,
+        }
+    }
+
+    async fn acquire(&mut self, session: &str, wait: Option<u32>) -> attach_response::Event {
+        self.send(attach_request::Request::Acquire(Acquire {
+            session: session.to_owned(),
+            wait: wait.is_some(),
+            wait_ms: wait.unwrap_or(0),
+        }))
+        .await;
+        self.next().await
+    }
+
+    async fn release(&mut self, session: &str) -> attach_response::Event {
+        self.send(attach_request::Request::Release(Release {
+            session: session.to_owned(),
+        }))
+        .await;
+        self.next().await
+    }
+
+    async fn send(&self, request: attach_request::Request) {
+        self.requests
+            .send(AttachRequest {
+                request: Some(request),
+            })
+            .await
+            .expect("the stream is open");
+    }
+
+    /// The next event, within 10 s.
+    async fn next(&mut self) -> attach_response::Event {
+        let message = tokio::time::timeout(Duration::from_secs(10), self.responses.message())
+            .await
+            .expect("an event within 10 s")
+            .expect("no error")
+            .expect("the stream goes on");
+        message.event.expect("an event")
+    }
+}
+
+fn acquired(event: attach_response::Event) -> leasehold::sidecar::proto::Acquired {
+    match event {
+        attach_response::Event::Acquired(acquired) => acquired,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn append(session: &str, epoch: u64, payloads: &[&str], request_id: &str) -> AppendRequest {
+    AppendRequest {
+        session: session.to_owned(),
+        epoch,
+        payloads: payloads.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        request_id: request_id.to_owned(),
+    }
+}
+
+/// The status's ErrorInfo reason (domain checked) and one metadata value.
+fn reason(status: &tonic::Status) -> (String, std::collections::HashMap<String, String>) {
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("an ErrorInfo in {status:?}"));
+    assert_eq!(info.domain, DOMAIN);
+    (info.reason, info.metadata)
+}
+
+async fn replay(
+    client: &mut LeaseholdClient<Channel>,
+    session: &str,
+    records: bool,
+) -> Vec<ReplayResponse> {
+    let mut stream = client
+        .replay(ReplayRequest {
+            session: session.to_owned(),
+            from_seq: 0,
+            records,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut all = Vec::new();
+    while let Some(record) = stream.message().await.unwrap() {
+        all.push(record);
+    }
+    all
+}
+
+fn events(records: &[ReplayResponse]) -> Vec<(u64, String)> {
+    records
+        .iter()
+        .filter_map(|r| match &r.kind {
+            Some(replay_response::Kind::Event(payload)) => {
+                Some((r.seq, String::from_utf8_lossy(payload).into_owned()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releases() {
+    let etcd = common::Etcd::start().await;
+    let mut served = Served::start(etcd.store("sidecar", 10).await).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+
+    // --- phase: acquire: fenced and ready
+    let owned = acquired(attached.acquire(&session, None).await);
+    assert_eq!(owned.session, session);
+    assert_eq!(owned.tip_seq, 1, "a new journal holds its fence");
+    assert!(owned.valid_for_ms > 0);
+    assert_eq!(served.sidecar.owned_sessions(), 1);
+    // Acquiring again on the same stream answers the same ownership.
+    assert_eq!(
+        acquired(attached.acquire(&session, None).await).epoch,
+        owned.epoch
+    );
+
+    // --- phase: append, and its retry lands once
+    let client = &mut served.client;
+    let first = client
+        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((first.first_seq, first.last_seq), (2, 4));
+    let retried = client
+        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(retried, first, "the retry answers the first call");
+    let reused = client
+        .append(append(&session, owned.epoch, &["other"], "r1"))
+        .await
+        .unwrap_err();
+    assert_eq!(reused.code(), Code::InvalidArgument);
+    assert!(reused.get_details_bad_request().is_some(), "{reused:?}");
+    // Concurrent calls share transactions, and each is answered its own place.
+    let calls = (0..16).map(|i| {
+        let mut client = client.clone();
+        let session = session.clone();
+        async move {
+            client
+                .append(append(
+                    &session,
+                    owned.epoch,
+                    &[&format!("c{i}")],
+                    &format!("c{i}"),
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    });
+    let answers: Vec<AppendResponse> = futures_util::future::join_all(calls).await;
+    let mut seqs: Vec<u64> = answers.iter().map(|a| a.first_seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (5..21).collect::<Vec<_>>());
+
+    // --- phase: replay, with and without fences, and follow
+    let records = replay(client, &session, true).await;
+    assert!(matches!(
+        &records[0].kind,
+        Some(replay_response::Kind::Fence(fence)) if fence.epoch == owned.epoch && fence.previous_seq == 0
+    ));
+    let seen = events(&records);
+    assert_eq!(seen.len(), 19, "a, b, c once each, and the 16 calls");
+    assert_eq!(
+        seen[..3],
+        [(2, "a".into()), (3, "b".into()), (4, "c".into())]
+    );
+    assert_eq!(replay(client, &session, false).await.len(), 19);
+    let mut follow = client
+        .replay(ReplayRequest {
+            session: session.clone(),
+            from_seq: 20,
+            records: false,
+            follow: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    async fn next(follow: &mut tonic::Streaming<ReplayResponse>) -> ReplayResponse {
+        tokio::time::timeout(Duration::from_secs(10), follow.message())
+            .await
+            .expect("a record within 10 s")
+            .unwrap()
+            .expect("the stream goes on")
+    }
+    // The snapshot's last record, then what commits after it.
+    assert_eq!(next(&mut follow).await.seq, 20);
+    client
+        .append(append(&session, owned.epoch, &["live"], ""))
+        .await
+        .unwrap();
+    let live = next(&mut follow).await;
+    assert_eq!(live.seq, 21);
+    assert_eq!(
+        live.kind,
+        Some(replay_response::Kind::Event(b"live".to_vec()))
+    );
+
+    // --- phase: validate
+    let check = |epoch| ValidateRequest {
+        session: session.clone(),
+        epoch,
+    };
+    let current = client
+        .validate(check(owned.epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(current.current);
+    assert_eq!(current.owner_epoch, owned.epoch);
+    let stale = client
+        .validate(check(owned.epoch - 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stale.current);
+
+    // --- phase: release; the epoch's appends are refused, LEASE_LOST
+    assert!(matches!(
+        attached.release(&session).await,
+        attach_response::Event::Released(released) if released.session == session
+    ));
+    assert_eq!(served.sidecar.owned_sessions(), 0);
+    let gone = client
+        .validate(check(owned.epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((gone.current, gone.owner_epoch), (false, 0));
+    let refused = client
+        .append(append(&session, owned.epoch, &["late"], ""))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    let (why, metadata) = reason(&refused);
+    assert_eq!(
+        (why.as_str(), metadata["loss"].as_str()),
+        ("LEASE_LOST", "released")
+    );
+    // A retry of a request made while owned still answers what it came to.
+    let again = client
+        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again, first);
+    // Releasing what is not held is answered all the same.
+    assert!(matches!(
+        attached.release(&session).await,
+        attach_response::Event::Released(_)
+    ));
+    served.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_last() {
+    let etcd = common::Etcd::start().await;
+    let served = Served::start(etcd.store("sidecar", 10).await).await;
+    let session = Uuid::new_v4().to_string();
+    let (mut one, mut two) = (served.client().await, served.client().await);
+    let mut first = Attached::open(&mut one).await;
+    let owned = acquired(first.acquire(&session, None).await);
+    one.append(append(&session, owned.epoch, &["first's"], ""))
+        .await
+        .unwrap();
+
+    // --- phase: a try-acquire is told who holds it; a standby waits
+    let mut second = Attached::open(&mut two).await;
+    match second.acquire(&session, None).await {
+        attach_response::Event::Held(held) => {
+            assert_eq!(held.holder_epoch, owned.epoch);
+            assert_eq!(held.holder_node, "sidecar");
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    second
+        .send(attach_request::Request::Acquire(Acquire {
+            session: session.clone(),
+            wait: true,
+            wait_ms: 0,
+        }))
+        .await;
+
+    // --- phase: the first stream ends (its client goes away): the standby owns the session
+    let ended = tokio::time::Instant::now();
+    drop(first);
+    let next = acquired(second.next().await);
+    println!("taken over {:?} after the stream ended", ended.elapsed());
+    assert!(ended.elapsed() < Duration::from_secs(2));
+    assert!(next.epoch > owned.epoch);
+    assert_eq!(next.tip_seq, 3, "fenced after the first owner's event");
+
+    // --- phase: the dead stream's epoch is fenced, and nothing it sends lands
+    let stale = two
+        .append(append(&session, owned.epoch, &["stale"], ""))
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition);
+    let (why, metadata) = reason(&stale);
+    assert_eq!(why, "FENCED");
+    assert_eq!(metadata["owner_epoch"], next.epoch.to_string());
+    let records = replay(&mut two, &session, true).await;
+    assert_eq!(records.len(), 3);
+    assert_eq!(events(&records), [(2, "first's".to_owned())]);
+    match &records[2].kind {
+        Some(replay_response::Kind::Fence(fence)) => {
+            assert_eq!(fence.epoch, next.epoch);
+            assert_eq!((fence.previous_seq, fence.previous_epoch), (2, owned.epoch));
+        }
+        other => panic!("expected the fence, got {other:?}"),
+    }
+    served.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_refusal_is_a_status_with_its_reason() {
+    let etcd = common::Etcd::start().await;
+    let mut served = Served::start(etcd.store("sidecar", 10).await).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&session, None).await);
+    let client = &mut served.client;
+    let refused = |status: tonic::Status, code: Code, expected: &str| {
+        assert_eq!(status.code(), code, "{status:?}");
+        assert_eq!(reason(&status).0, expected, "{status:?}");
+    };
+
+    // --- phase: input the journal refuses before sending
+    let empty = client
+        .append(append(&session, owned.epoch, &[], ""))
+        .await
+        .unwrap_err();
+    refused(empty, Code::InvalidArgument, "EMPTY");
+    let many: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let too_many = client
+        .append(append(&session, owned.epoch, &many, ""))
+        .await
+        .unwrap_err();
+    refused(too_many, Code::InvalidArgument, "TOO_MANY_RECORDS");
+    let big = "x".repeat(2 * 1024 * 1024);
+    let too_large = client
+        .append(append(&session, owned.epoch, &[&big], ""))
+        .await
+        .unwrap_err();
+    refused(too_large, Code::InvalidArgument, "TOO_LARGE");
+
+    // --- phase: malformed requests: INVALID_ARGUMENT with a BadRequest
+    let malformed = client
+        .append(append("not-a-uuid", owned.epoch, &["x"], ""))
+        .await
+        .unwrap_err();
+    assert_eq!(malformed.code(), Code::InvalidArgument);
+    let bad = malformed.get_details_bad_request().expect("a BadRequest");
+    assert_eq!(bad.field_violations[0].field, "session");
+    for call in [
+        client
+            .validate(ValidateRequest {
+                session: "nope".into(),
+                epoch: 1,
+            })
+            .await
+            .map(|_| ()),
+        client
+            .replay(ReplayRequest {
+                session: "nope".into(),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ()),
+    ] {
+        assert_eq!(call.unwrap_err().code(), Code::InvalidArgument);
+    }
+
+    // --- phase: ownership: another epoch, another session
+    let newer = client
+        .append(append(&session, owned.epoch + 1, &["x"], ""))
+        .await
+        .unwrap_err();
+    refused(newer, Code::FailedPrecondition, "NOT_OWNER");
+    let older = client
+        .append(append(&session, owned.epoch - 1, &["x"], ""))
+        .await
+        .unwrap_err();
+    refused(older, Code::FailedPrecondition, "FENCED");
+    let elsewhere = client
+        .append(append(&Uuid::new_v4().to_string(), 5, &["x"], ""))
+        .await
+        .unwrap_err();
+    refused(elsewhere, Code::FailedPrecondition, "NOT_OWNER");
+
+    // --- phase: an operator revokes the session: the stream is told, and appends are refused
+    let admin = leasehold::Admin::new(served.sidecar.store().connection().clone(), etcd.ns.clone());
+    admin
+        .revoke(
+            session.parse().unwrap(),
+            Some(leasehold::Epoch(owned.epoch)),
+        )
+        .await
+        .unwrap();
+    match attached.next().await {
+        attach_response::Event::Lost(lost) => {
+            assert_eq!(
+                (lost.session.as_str(), lost.reason.as_str()),
+                (session.as_str(), "revoked")
+            );
+            assert_eq!(lost.epoch, owned.epoch);
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let lost = client
+        .append(append(&session, owned.epoch, &["x"], ""))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&lost).1["loss"], "revoked");
+    refused(lost, Code::FailedPrecondition, "LEASE_LOST");
+
+    // --- phase: a malformed Attach request ends its stream with INVALID_ARGUMENT
+    attached
+        .send(attach_request::Request::Acquire(Acquire {
+            session: "nope".into(),
+            wait: false,
+            wait_ms: 0,
+        }))
+        .await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), attached.responses.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(ended.code(), Code::InvalidArgument);
+    served.shutdown().await;
+}
+
+/// etcd out of reach: an acquisition fails `ETCD_UNAVAILABLE` (the stream goes on), and an
+/// append whose outcome stays unknown is answered OUTCOME_UNKNOWN; once etcd is back, its retry
+/// with the same request id settles it: here, committed (its replies were lost), and told its
+/// own sequence numbers, appended once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
+    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&session, None).await);
+    let client = &mut served.client;
+    client
+        .append(append(&session, owned.epoch, &["before"], "r0"))
+        .await
+        .unwrap();
+
+    // --- phase: etcd applies, its replies are lost until the lease runs out
+    proxy.drop_replies();
+    let unknown = client
+        .append(append(&session, owned.epoch, &["once"], "r1"))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::Unavailable, "{unknown:?}");
+    assert_eq!(reason(&unknown).0, "OUTCOME_UNKNOWN");
+    assert!(unknown.get_details_retry_info().is_some());
+    match attached.next().await {
+        attach_response::Event::Lost(lost) => assert_eq!(lost.epoch, owned.epoch),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // With the node lease invalid, an acquisition fails, and the stream goes on.
+    match attached.acquire(&Uuid::new_v4().to_string(), None).await {
+        attach_response::Event::Failed(failed) => {
+            assert_eq!(failed.reason, "ETCD_UNAVAILABLE");
+            assert!(failed.retryable);
+        }
+        other => panic!("expected Failed, got {other:?}"),
+    }
+
+    // --- phase: etcd answers again: the retry settles the outcome
+    proxy.heal();
+    let settled = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client
+                .append(append(&session, owned.epoch, &["once"], "r1"))
+                .await
+            {
+                Ok(settled) => return settled.into_inner(),
+                Err(status) if status.code() == Code::Unavailable => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(status) => panic!("{status:?}"),
+            }
+        }
+    })
+    .await
+    .expect("settled once etcd answers");
+    assert_eq!((settled.first_seq, settled.last_seq), (3, 3));
+    let seen = events(&replay(client, &session, false).await);
+    assert_eq!(seen, [(2, "before".to_owned()), (3, "once".to_owned())]);
+    drop(attached);
+    served.shutdown().await;
+}
+
+/// An append etcd never received, its outcome unknown until the lease is gone in etcd too: its
+/// retry settles it as not applied (LEASE_LOST), and the record is not in the journal.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_outcome_that_never_applied_is_settled_lease_lost() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
+    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&session, None).await);
+    let client = &mut served.client;
+
+    proxy.blackhole();
+    let unknown = client
+        .append(append(&session, owned.epoch, &["never"], "r1"))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&unknown).0, "OUTCOME_UNKNOWN", "{unknown:?}");
+    // The node lease expires in etcd too (3 s without a renewal), deleting the owner key.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.heal();
+    let settled = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client
+                .append(append(&session, owned.epoch, &["never"], "r1"))
+                .await
+            {
+                Err(status) if status.code() == Code::Unavailable => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("settled once etcd answers")
+    .unwrap_err();
+    assert_eq!(settled.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&settled).0, "LEASE_LOST");
+    assert!(events(&replay(client, &session, false).await).is_empty());
+    drop(attached);
+    served.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_follows_the_node_lease_and_reflection_lists_the_service() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
+    let served = Served::start(Store::connect(options).await.unwrap()).await;
+    let channel = Channel::from_shared(served.address.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let status = |service: &str| tonic_health::pb::HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    let check = health
+        .check(status("leasehold.v1.Leasehold"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(check.status, serving);
+
+    proxy.blackhole();
+    let not_serving = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let check = health.check(status("")).await.unwrap().into_inner();
+            if check.status != serving {
+                return check.status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("NOT_SERVING once the node lease is not valid");
+    assert_eq!(
+        not_serving,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
+    proxy.heal();
+
+    // Reflection lists the services without the proto file.
+    let mut reflection =
+        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let request = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
+        ),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.next().await.unwrap().unwrap();
+    let Some(
+        tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(
+            list,
+        ),
+    ) = answer.message_response
+    else {
+        panic!("a list of services: {answer:?}")
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"leasehold.v1.Leasehold".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_owned()),
+        "{names:?}"
+    );
+    served.shutdown().await;
+}
