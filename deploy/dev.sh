@@ -5,10 +5,12 @@
 #   ./deploy/dev.sh test   install what is missing, then format check, clippy, every test
 #                          (unit and integration, etcd containers included) and the docs
 #
-# What it installs when missing: protobuf-compiler (etcd-client's build needs protoc) and
-# docker-compose (for the deployment drill, tests/deploy_drill.rs), system-wide with apt; and
-# the etcd 3.5.16 and 3.4.23 binaries (Debian packages, unpacked into ~/.cache/leasehold by
-# deploy/fetch-etcd.sh, not installed). The tests need a running Docker engine and fail,
+# What it installs when missing: protobuf-compiler (etcd-client's build and the sidecar's
+# proto need protoc) and docker-compose (for the deployment drill, tests/deploy_drill.rs),
+# system-wide with apt; the etcd 3.5.16 and 3.4.23 binaries (Debian packages, unpacked into
+# ~/.cache/leasehold by deploy/fetch-etcd.sh, not installed); and, for the sidecar's Python
+# client test, a virtual environment with grpcio (tests/python/requirements.txt) in
+# ~/.cache/leasehold/venv. The tests need a running Docker engine and fail,
 # loudly, without one.
 set -euo pipefail
 
@@ -64,6 +66,26 @@ ensure_compose() {
     fail "docker-compose is still missing after apt-get install: the deployment drill needs it"
 }
 
+# The Python client test of `leasehold serve` (tests/sidecar_python.rs) runs grpcio from a
+# virtual environment of its own, made here when missing or out of date.
+venv="${HOME}/.cache/leasehold/venv"
+ensure_python_venv() {
+  local requirements="$here/tests/python/requirements.txt"
+  if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$venv/requirements.txt"; then
+    return
+  fi
+  command -v python3 >/dev/null || fail "python3 is missing: the sidecar's Python client test needs it"
+  say "a Python virtual environment with grpcio for the sidecar's client test ($venv)"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    command -v apt-get >/dev/null || fail "python3 cannot make a virtual environment: install python3-venv"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$venv/requirements.txt"
+}
+
 cmd_demo() {
   ensure_toolchain
   ensure_protoc
@@ -85,6 +107,7 @@ cmd_test() {
   etcd_binary 3.4.23 >/dev/null
   ensure_docker
   ensure_compose
+  ensure_python_venv
 
   say "cargo fmt --check"
   cargo fmt --all -- --check
@@ -112,7 +135,7 @@ cmd_test() {
     host_sessions rig_gc rig_shutdown
     liveness_balance liveness_blip liveness_bounded_tasks liveness_host_recovers liveness_leader_kill
     liveness_resolve_on_loss liveness_shutdown_order liveness_workspace_root
-    security_auth security_tls cli_admin)
+    security_auth security_tls cli_admin sidecar)
   LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.4.23 timeout --signal=INT --kill-after=60 15m \
     cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"

@@ -50,7 +50,8 @@
 //! 5. [`journal`]: fenced journals: the fence, appends, replay, retention, the checker.
 //! 6. [`store`]: the node: its lease, keepalive, owner watch, acquisitions, cleanup.
 //! 7. [`admin`] and [`rig`]: the operator's view; the composition root of a live session.
-//! 8. [`host`]: sessions kept owned across hosts, balanced.
+//! 8. [`host`]: sessions kept owned across hosts, balanced; `sidecar` (feature `grpc`): the
+//!    gRPC service behind `leasehold serve`, sessions owned for clients in any language.
 //! 9. The `leasehold` tool and `testing`, the harness.
 //!
 //! # Features
@@ -58,6 +59,9 @@
 //! - `cli` (default): the `leasehold` tool. Library users who do not want its dependencies
 //!   (clap, tracing-subscriber, tempfile, humantime, axum, the Prometheus exporter) depend with
 //!   `default-features = false`.
+//! - `grpc` (in `cli`): the `sidecar` module, the gRPC service of
+//!   `proto/leasehold/v1/leasehold.proto` with its generated client (tonic, prost,
+//!   tonic-health, tonic-reflection, tonic-types).
 //! - `fault`: the `fault` module.
 //! - `testing`: the `testing` harness (implies `fault`).
 //!

@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["journal"],
     &["store"],
     &["admin", "rig"],
-    &["host"],
+    &["host", "sidecar"],
     &["cli", "testing"],
 ];
 

@@ -1,0 +1,122 @@
+//! Python clients of a real `leasehold serve` over a real etcd (tests/python/sidecar_test.py):
+//! a race, a SIGKILLed holder taken over within 2 s behind a fence, a stale epoch refused, a
+//! SIGSTOPped client losing its session by keepalive, a retry landing once, health, and a call
+//! built from server reflection alone.
+//!
+//! The Python side needs grpcio and friends (tests/python/requirements.txt): `deploy/dev.sh
+//! test` installs them into `~/.cache/leasehold/venv`; `LEASEHOLD_PYTHON` names another
+//! interpreter. Without one, the test fails: it is never skipped.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("LEASEHOLD_PYTHON") {
+        return python.into();
+    }
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let venv = PathBuf::from(home).join(".cache/leasehold/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "no Python with grpcio at {}: run ./deploy/dev.sh test (it creates that virtual \
+         environment from tests/python/requirements.txt), or set LEASEHOLD_PYTHON",
+        venv.display()
+    );
+    venv
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_clients_race_die_freeze_and_retry_through_leasehold_serve() {
+    let python = python();
+    let etcd = common::Etcd::start().await;
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", etcd.node.endpoint()])
+        .args(["--namespace", etcd.ns.as_str()])
+        .args(["--node", "sidecar-1", "--ttl", "5"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--client-keepalive",
+            "1s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("leasehold serve starts");
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap()).lines();
+    let address = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            println!("serve: {line}");
+            if let Some(rest) = line.split("serving leasehold.v1.Leasehold on ").nth(1) {
+                return rest.split(',').next().unwrap().to_owned();
+            }
+        }
+        panic!("leasehold serve ended before it served")
+    })
+    .await
+    .expect("serving within 30 s");
+    let stderr = tokio::spawn({
+        let mut lines = BufReader::new(serve.stderr.take().unwrap()).lines();
+        async move {
+            let mut all = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                all.push(line);
+            }
+            all
+        }
+    });
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sidecar_test.py");
+    let run = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(&python)
+            .arg(script)
+            .arg(&address)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python test ends within 180 s")
+    .expect("python runs");
+    println!("{}", String::from_utf8_lossy(&run.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "the Python test failed: {:?}",
+        run.status
+    );
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(said.contains(r#""check": "all""#), "{said}");
+
+    // --- SIGTERM: every stream's sessions released, then the store closed; exit 0
+    let pid = serve.id().expect("running") as i32;
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(30), serve.wait())
+        .await
+        .expect("stopped within 30 s of SIGTERM")
+        .unwrap();
+    while let Ok(Some(line)) = stdout.next_line().await {
+        println!("serve: {line}");
+    }
+    let logs = stderr.await.unwrap();
+    for line in &logs {
+        eprintln!("serve: {line}");
+    }
+    assert!(exit.success(), "{exit:?}");
+    for said in ["attached", "acquired", "detached"] {
+        assert!(
+            logs.iter().any(|line| line.contains(said)),
+            "a log line per {said}"
+        );
+    }
+}
