@@ -32,6 +32,7 @@ const NUMERIC: &[&str] = &[
     "before",
     "rounds",
     "scale-sessions",
+    "client-keepalive",
 ];
 
 /// Flags that take a value that is not a number.
@@ -48,6 +49,10 @@ const NOT_NUMERIC: &[&str] = &[
     "password-file",
     "session",
     "metrics-addr",
+    "listen",
+    "listen-cert",
+    "listen-key",
+    "listen-client-ca",
 ];
 
 /// Beside the flag under test, what each command needs to get as far as it can.
@@ -56,6 +61,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
     Some(match command {
         ["status"] | ["demo"] | ["owners"] | ["check"] => &[],
         ["node"] => &["--sessions", "1"],
+        ["serve"] => &["--listen", "127.0.0.1:0"],
         ["bench"] => &["append"],
         ["journal", "show"] => &[SESSION],
         ["journal", "trim"] => &[SESSION, "--before", "1"],
@@ -68,7 +74,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
 fn values(flag: &str) -> Vec<&'static str> {
     match flag {
         // A duration: a bare number needs a unit (but 0), and the largest one with a unit.
-        "interval" => vec![
+        "interval" | "client-keepalive" => vec![
             "0",
             U64_MAX,
             "18446744073709551615s",

@@ -38,9 +38,8 @@ impl Served {
         let served = tokio::spawn({
             let (sidecar, stop) = (sidecar.clone(), stop.clone());
             async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
                 sidecar
-                    .serve(incoming, None, stop.cancelled_owned())
+                    .serve_tcp(listener, None, stop.cancelled_owned())
                     .await
                     .expect("serves");
             }

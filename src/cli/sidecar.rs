@@ -19,7 +19,7 @@ pub(crate) struct ServeArgs {
     listen: String,
     /// The HTTP/2 keepalive ping interval towards clients, and how long a client may take to
     /// answer one: a client that does not answer in time loses every session its Attach
-    /// streams hold, e.g. `2s`, `500ms`.
+    /// streams hold; from 100ms to 1h, e.g. `2s`, `500ms`.
     #[arg(long, default_value = "2s", value_parser = parse_keepalive)]
     client_keepalive: Duration,
     /// TLS on the listener: the server's certificate chain (PEM file); with --listen-key.
@@ -39,8 +39,12 @@ pub(crate) struct ServeArgs {
 
 fn parse_keepalive(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text) {
-        Ok(keepalive) if keepalive >= Duration::from_millis(100) => Ok(keepalive),
-        Ok(_) => Err("at least 100ms".to_owned()),
+        Ok(keepalive)
+            if (Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&keepalive) =>
+        {
+            Ok(keepalive)
+        }
+        Ok(_) => Err("from 100ms to 1h".to_owned()),
         Err(error) => Err(error.to_string()),
     }
 }
@@ -137,8 +141,7 @@ pub(crate) async fn run(common: &Common, args: &ServeArgs) -> Result<(), Failure
                     store.ttl()
                 ),
             );
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            sidecar.serve(incoming, tls, stop).await
+            sidecar.serve_tcp(listener, tls, stop).await
         }
         Listen::Unix(path) => {
             // A socket file left by an earlier run is replaced; anything else is not.

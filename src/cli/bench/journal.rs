@@ -157,7 +157,7 @@ impl Bench {
 /// One writer task per journal in `writers` (the same journal may come more than once), each
 /// making `each` appends one after the other; the appends/s of all of them together, and
 /// their latencies.
-async fn appenders(
+pub(super) async fn appenders(
     writers: impl Iterator<Item = Arc<Journal>>,
     each: usize,
 ) -> Result<(f64, Vec<Duration>), Failure> {

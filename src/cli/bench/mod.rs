@@ -21,6 +21,7 @@ mod hosted;
 mod journal;
 mod lease;
 mod scale;
+mod sidecar;
 
 use std::time::Duration;
 
@@ -68,10 +69,11 @@ enum Scenario {
     HandoverCrash,
     Scale,
     ScaleHosted,
+    SidecarAppend,
 }
 
 impl Scenario {
-    const EACH: [Scenario; 9] = [
+    const EACH: [Scenario; 10] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
@@ -81,6 +83,7 @@ impl Scenario {
         Scenario::HandoverCrash,
         Scenario::Scale,
         Scenario::ScaleHosted,
+        Scenario::SidecarAppend,
     ];
 }
 
@@ -326,6 +329,7 @@ async fn bench(
             Scenario::HandoverCrash => bench.handover_crash().await?,
             Scenario::Scale => bench.scale(args.scale_sessions).await?,
             Scenario::ScaleHosted => bench.scale_hosted(args.scale_sessions).await?,
+            Scenario::SidecarAppend => bench.sidecar_append().await?,
         }
     }
     Ok(())
