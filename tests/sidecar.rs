@@ -724,3 +724,41 @@ async fn health_follows_the_node_lease_and_reflection_lists_the_service() {
     );
     served.shutdown().await;
 }
+
+/// A caller that goes away while its append is in flight (its deadline passed) leaves the
+/// append to finish: the retry with the same request id is answered what it came to, and the
+/// records are in the journal once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_that_gives_up_mid_append_is_answered_by_its_retry() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(10), Duration::from_secs(1));
+    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&session, None).await);
+    let client = &mut served.client;
+
+    // --- phase: etcd's replies held; the caller's deadline passes
+    proxy.hold_replies();
+    let mut request = tonic::Request::new(append(&session, owned.epoch, &["once"], "r1"));
+    request.set_timeout(Duration::from_millis(300));
+    let gave_up = client.append(request).await.unwrap_err();
+    assert_eq!(gave_up.code(), Code::Cancelled, "{gave_up:?}");
+
+    // --- phase: the replies flow; the retry learns what the append came to
+    proxy.heal();
+    let retried = client
+        .append(append(&session, owned.epoch, &["once"], "r1"))
+        .await
+        .expect("the retry is answered")
+        .into_inner();
+    assert_eq!((retried.first_seq, retried.last_seq), (2, 2));
+    let seen = events(&replay(client, &session, false).await);
+    assert_eq!(seen, [(2, "once".to_owned())]);
+    drop(attached);
+    served.shutdown().await;
+}

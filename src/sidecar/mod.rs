@@ -559,8 +559,8 @@ impl Leasehold for Sidecar {
             return answer(Self::append_to(&owned, &request.payloads).await);
         };
         let id = request.request_id.as_str();
-        match requests.begin(id, requests::digest(&request.payloads)) {
-            Begun::Reused => Err(Refusal::reused(id).status()),
+        let first = match requests.begin(id, requests::digest(&request.payloads)) {
+            Begun::Reused => return Err(Refusal::reused(id).status()),
             Begun::First(sender) => {
                 let Some(owned) = owned else {
                     // Ended, and this id was never seen: not appended.
@@ -568,50 +568,39 @@ impl Leasehold for Sidecar {
                         Standing::Ended(_, refusal) | Standing::Refused(refusal) => refusal,
                         Standing::Owned(_) => Refusal::not_owner(session, epoch, None),
                     };
-                    requests.finish(id, &sender, Outcome::Refused(refusal.clone()));
+                    requests.finish(&sender, Outcome::Refused(refusal.clone()));
                     return Err(refusal.status());
                 };
-                let outcome = Self::append_to(&owned, &request.payloads).await;
-                requests.finish(id, &sender, outcome.clone());
-                match outcome {
-                    Outcome::Unknown {
-                        first_seq,
-                        last_seq,
-                    } => {
-                        let (settled, fin) =
-                            self.settle(session, epoch, (first_seq, last_seq)).await;
-                        if fin {
-                            requests.settled(id, settled.clone());
-                        }
-                        answer(settled)
-                    }
-                    outcome => answer(outcome),
-                }
+                // On a task of its own: a caller that goes away (its deadline passed, its
+                // connection closed) does not take the outcome with it, and its retry finds it.
+                let outcome = sender.subscribe();
+                let (requests, payloads) = (requests.clone(), request.payloads);
+                tokio::spawn(async move {
+                    let appended = Self::append_to(&owned, &payloads).await;
+                    requests.finish(&sender, appended);
+                });
+                outcome
             }
-            Begun::Retry(first) => {
-                let Some(outcome) = requests::outcome_of(first).await else {
-                    return Err(Refusal::outcome_unknown(
-                        session,
-                        epoch,
-                        "the first call went away",
-                    )
-                    .status());
-                };
-                match outcome {
-                    Outcome::Unknown {
-                        first_seq,
-                        last_seq,
-                    } => {
-                        let (settled, fin) =
-                            self.settle(session, epoch, (first_seq, last_seq)).await;
-                        if fin {
-                            requests.settled(id, settled.clone());
-                        }
-                        answer(settled)
-                    }
-                    outcome => answer(outcome),
+            Begun::Retry(first) => first,
+        };
+        let Some(outcome) = requests::outcome_of(first).await else {
+            // Only a runtime shutting down drops the task before it finishes.
+            return Err(
+                Refusal::outcome_unknown(session, epoch, "the sidecar is shutting down").status(),
+            );
+        };
+        match outcome {
+            Outcome::Unknown {
+                first_seq,
+                last_seq,
+            } => {
+                let (settled, fin) = self.settle(session, epoch, (first_seq, last_seq)).await;
+                if fin {
+                    requests.settled(id, settled.clone());
                 }
+                answer(settled)
             }
+            outcome => answer(outcome),
         }
     }
 

@@ -3,10 +3,11 @@
 //!
 //! A call with a request id the epoch has seen is the first call's retry: it waits for the
 //! first call if that is still in flight, then answers what it came to. An outcome left
-//! unknown is settled by reading the record at the call's place in etcd; a refusal that certainly
-//! appended nothing and may go through later (etcd unavailable) is forgotten, so its retry is
-//! sent anew. A request id older than the last [`REMEMBERED`] is forgotten too: its retry is
-//! appended again.
+//! unknown is settled by reading the record at the call's place in etcd. After a refusal that
+//! certainly appended nothing and may go through later (etcd unavailable), the next call with
+//! the id is sent anew, and takes the entry over: a copy of an earlier call that arrives late
+//! (held up on the way) finds it, and is answered, never appended. A request id older than the
+//! last [`REMEMBERED`] is forgotten: its retry is appended again.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash as _, Hasher as _};
@@ -65,11 +66,21 @@ impl Requests {
     /// Looks `request_id` up for a call with records of `digest`, and registers it if new.
     pub(crate) fn begin(&self, request_id: &str, digest: u64) -> Begun {
         let mut inner = self.lock();
-        if let Some(entry) = inner.entries.get(request_id) {
+        if let Some(entry) = inner.entries.get_mut(request_id) {
             if entry.digest != digest {
                 return Begun::Reused;
             }
-            return Begun::Retry(entry.outcome.clone());
+            let refused_unapplied = matches!(
+                &*entry.outcome.borrow(),
+                Some(Outcome::Refused(refusal)) if refusal.retry_sends_again()
+            );
+            if !refused_unapplied {
+                return Begun::Retry(entry.outcome.clone());
+            }
+            // Sent anew, under the same entry.
+            let (sender, outcome) = watch::channel(None);
+            entry.outcome = outcome;
+            return Begun::First(sender);
         }
         let (sender, outcome) = watch::channel(None);
         inner
@@ -84,20 +95,8 @@ impl Requests {
         Begun::First(sender)
     }
 
-    /// Records what the first call of `request_id` came to, and answers its retries waiting.
-    /// A refusal that appended nothing and may go through later is forgotten: a retry after
-    /// it is sent anew.
-    pub(crate) fn finish(
-        &self,
-        request_id: &str,
-        sender: &watch::Sender<Option<Outcome>>,
-        outcome: Outcome,
-    ) {
-        if matches!(&outcome, Outcome::Refused(refusal) if refusal.retry_sends_again()) {
-            let mut inner = self.lock();
-            inner.entries.remove(request_id);
-            inner.order.retain(|id| id != request_id);
-        }
+    /// Records what the call of `request_id` came to, and answers its retries waiting.
+    pub(crate) fn finish(&self, sender: &watch::Sender<Option<Outcome>>, outcome: Outcome) {
         sender.send_replace(Some(outcome));
     }
 
@@ -157,7 +156,7 @@ mod tests {
             panic!("the same id is a retry")
         };
         let retry = tokio::spawn(outcome_of(waiting));
-        requests.finish("a", &sender, appended(3));
+        requests.finish(&sender, appended(3));
         assert_eq!(retry.await.unwrap(), Some(appended(3)));
         let Begun::Retry(later) = requests.begin("a", 1) else {
             panic!("still remembered")
@@ -173,21 +172,32 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_that_appended_nothing_is_forgotten_so_its_retry_is_sent_again() {
+    fn after_a_refusal_that_appended_nothing_the_retry_is_sent_again_and_a_late_copy_waits_for_it()
+    {
         let requests = Requests::default();
         let Begun::First(sender) = requests.begin("a", 1) else {
             panic!()
         };
         let unavailable = Refusal::etcd(&crate::etcd::EtcdError::no_space("append"));
         assert!(unavailable.retry_sends_again());
-        requests.finish("a", &sender, Outcome::Refused(unavailable));
-        assert!(matches!(requests.begin("a", 1), Begun::First(_)));
+        requests.finish(&sender, Outcome::Refused(unavailable));
+        let Begun::First(again) = requests.begin("a", 1) else {
+            panic!("the retry is sent anew")
+        };
+        // A copy of the first call, held up on the way, arrives while the retry is in flight:
+        // it waits for the retry's outcome, and is never sent.
+        let Begun::Retry(late) = requests.begin("a", 1) else {
+            panic!("a late copy is a retry")
+        };
+        requests.finish(&again, appended(9));
+        assert_eq!(late.borrow().clone(), Some(appended(9)));
+        assert!(matches!(requests.begin("a", 1), Begun::Retry(_)));
         // A fenced call is remembered: its retry is answered the same, and sends nothing.
         let Begun::First(sender) = requests.begin("b", 1) else {
             panic!()
         };
         let fenced = Refusal::fenced(uuid::Uuid::nil(), crate::Epoch(3), None);
-        requests.finish("b", &sender, Outcome::Refused(fenced.clone()));
+        requests.finish(&sender, Outcome::Refused(fenced.clone()));
         let Begun::Retry(outcome) = requests.begin("b", 1) else {
             panic!()
         };
@@ -201,11 +211,11 @@ mod tests {
             let Begun::First(sender) = requests.begin(&i.to_string(), 1) else {
                 panic!()
             };
-            requests.finish(&i.to_string(), &sender, appended(i as u64));
+            requests.finish(&sender, appended(i as u64));
         }
         assert_eq!(requests.len(), REMEMBERED);
-        assert!(matches!(requests.begin("9", 1), Begun::First(_)));
         assert!(matches!(requests.begin("10", 1), Begun::Retry(_)));
+        assert!(matches!(requests.begin("9", 1), Begun::First(_)));
     }
 
     #[test]
@@ -215,7 +225,6 @@ mod tests {
             panic!()
         };
         requests.finish(
-            "a",
             &sender,
             Outcome::Unknown {
                 first_seq: 4,
