@@ -110,6 +110,12 @@ impl AppendHistory {
         self.push(payloads, Some(result), invocation.0);
     }
 
+    /// Records that a call noted by [`invoke`](Self::invoke) never learnt its outcome (a
+    /// client that gave up retrying it).
+    pub fn complete_unknown<P: AsRef<[u8]>>(&mut self, invocation: Invocation, payloads: &[P]) {
+        self.push(payloads, None, invocation.0);
+    }
+
     /// Appends another writer's history to this one (e.g. the old owner's, then the new
     /// one's): its calls count as started after every result recorded here.
     pub fn merge(&mut self, other: &AppendHistory) {

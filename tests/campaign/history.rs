@@ -78,6 +78,8 @@ pub(crate) struct History {
     pub(crate) calls_ok: AtomicU64,
     pub(crate) calls_unknown: AtomicU64,
     pub(crate) calls_failed: AtomicU64,
+    /// Acknowledged appends made through a sidecar.
+    pub(crate) sidecar_ok: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -145,6 +147,17 @@ impl History {
     }
 
     /// Handovers: acquisitions after each session's first.
+    /// How many times each node acquired a session.
+    pub(crate) fn acquisitions_by_node(&self) -> BTreeMap<usize, u64> {
+        let mut by_node = BTreeMap::new();
+        for entry in lock(&self.entries).iter() {
+            if let Entry::Acquired { node, .. } = entry {
+                *by_node.entry(*node).or_default() += 1;
+            }
+        }
+        by_node
+    }
+
     pub(crate) fn handovers(&self) -> u64 {
         let mut per_session: BTreeMap<Uuid, u64> = BTreeMap::new();
         for entry in lock(&self.entries).iter() {
@@ -167,6 +180,13 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// The call never learnt its outcome.
+    pub(crate) fn unknown(mut self) {
+        let invocation = self.invocation.take().expect("done once");
+        lock(&self.appends).complete_unknown(invocation, &self.payloads);
+        self.history.calls_unknown.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn done(mut self, result: &Result<Appended, JournalWriteError>) {
         let invocation = self.invocation.take().expect("done once");
         lock(&self.appends).complete(invocation, &self.payloads, result);

@@ -6,6 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use leasehold::sidecar::{Sidecar, SidecarOptions};
 use leasehold::testing::{EtcdCluster, FaultProxy, Mutant};
 use leasehold::{
     CancellationToken, ConnectOptions, Connection, HostOptions, Namespace, Rig, SessionHost, Store,
@@ -13,7 +16,9 @@ use leasehold::{
 };
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
+use crate::client;
 use crate::history::{Entry, History};
 
 /// How the nodes run.
@@ -28,15 +33,30 @@ pub(crate) struct NodeConfig {
     pub(crate) stop_grace: Duration,
 }
 
-/// One node: a store and a host on a runtime of their own.
+/// One node: a store and a host on a runtime of their own; or a store and a sidecar on a runtime
+/// of their own, with one gRPC client per session on the campaign's runtime (another process,
+/// as it were), reaching the sidecar through a fault proxy of its own.
 pub(crate) struct Node {
     pub(crate) index: usize,
     pub(crate) proxies: Vec<FaultProxy>,
     handle: Handle,
     store: Arc<Store>,
-    host: Arc<SessionHost>,
+    role: Role,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+enum Role {
+    Host(Arc<SessionHost>),
+    Sidecar {
+        sidecar: Sidecar,
+        /// Between the clients and the sidecar.
+        front: FaultProxy,
+        /// Which side the next outage cuts: etcd's, the clients', or both, in turn.
+        turn: AtomicUsize,
+        clients: CancellationToken,
+        running: TaskTracker,
+    },
 }
 
 impl Node {
@@ -47,6 +67,7 @@ impl Node {
         sessions: &[Uuid],
         config: &NodeConfig,
         history: &Arc<History>,
+        sidecar: bool,
     ) -> Self {
         let mut proxies = Vec::new();
         for member in 0..cluster.len() {
@@ -80,6 +101,19 @@ impl Node {
                 .unwrap()
                 .expect("the store connects"),
         );
+        if sidecar {
+            return Self::start_sidecar(
+                index,
+                proxies,
+                handle,
+                store,
+                sessions,
+                config,
+                history,
+                (stop, thread),
+            )
+            .await;
+        }
         let (work, grace) = (work(index, config.pace, history.clone()), config.stop_grace);
         let host = {
             let (store, sessions) = (store.clone(), sessions.to_vec());
@@ -100,9 +134,87 @@ impl Node {
             proxies,
             handle,
             store,
-            host: Arc::new(host),
+            role: Role::Host(Arc::new(host)),
             stop: Some(stop),
             thread: Some(thread),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_sidecar(
+        index: usize,
+        proxies: Vec<FaultProxy>,
+        handle: Handle,
+        store: Arc<Store>,
+        sessions: &[Uuid],
+        config: &NodeConfig,
+        history: &Arc<History>,
+        (stop, thread): (
+            tokio::sync::oneshot::Sender<()>,
+            std::thread::JoinHandle<()>,
+        ),
+    ) -> Self {
+        let sidecar = Sidecar::new(
+            store.clone(),
+            SidecarOptions::default().with_client_keepalive(Duration::from_secs(1)),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let served = sidecar.clone();
+        handle.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let _ = served
+                .serve_tcp(listener, None, std::future::pending())
+                .await;
+        });
+        let front = FaultProxy::start(&address.to_string()).await.unwrap();
+        let (clients, running) = (CancellationToken::new(), TaskTracker::new());
+        for session in sessions {
+            running.spawn(client::run(
+                index,
+                front.endpoint(),
+                *session,
+                config.pace,
+                history.clone(),
+                clients.clone(),
+            ));
+        }
+        Self {
+            index,
+            proxies,
+            handle,
+            store,
+            role: Role::Sidecar {
+                sidecar,
+                front,
+                turn: AtomicUsize::new(0),
+                clients,
+                running,
+            },
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// The proxies the next outage cuts: all of a host node's; a sidecar node's etcd side,
+    /// its clients' side, or both, in turn.
+    fn cut(&self) -> Vec<&FaultProxy> {
+        match &self.role {
+            Role::Host(_) => self.proxies.iter().collect(),
+            Role::Sidecar { front, turn, .. } => match turn.fetch_add(1, Ordering::Relaxed) % 3 {
+                0 => self.proxies.iter().collect(),
+                1 => vec![front],
+                _ => self.proxies.iter().chain([front]).collect(),
+            },
+        }
+    }
+
+    /// A sidecar node's proxy in front of it.
+    fn front(&self) -> Option<&FaultProxy> {
+        match &self.role {
+            Role::Host(_) => None,
+            Role::Sidecar { front, .. } => Some(front),
         }
     }
 
@@ -113,29 +225,68 @@ impl Node {
     }
 
     pub(crate) fn blackhole(&self) {
-        self.proxies.iter().for_each(FaultProxy::blackhole);
+        self.cut().into_iter().for_each(FaultProxy::blackhole);
     }
 
     pub(crate) fn drop_replies(&self) {
-        self.proxies.iter().for_each(FaultProxy::drop_replies);
+        self.cut().into_iter().for_each(FaultProxy::drop_replies);
     }
 
     pub(crate) fn reject(&self) {
-        self.proxies.iter().for_each(FaultProxy::reject);
+        self.cut().into_iter().for_each(FaultProxy::reject);
     }
 
     pub(crate) fn heal(&self) {
         self.proxies.iter().for_each(FaultProxy::heal);
+        self.front().into_iter().for_each(FaultProxy::heal);
+    }
+
+    /// What this node is, for the campaign's log.
+    pub(crate) fn role(&self) -> &'static str {
+        match self.role {
+            Role::Host(_) => "SessionHost",
+            Role::Sidecar { .. } => "sidecar, one gRPC client per session",
+        }
     }
 
     /// Shuts the host down (every owned session in order), closes the store and stops the
     /// runtime.
     pub(crate) async fn stop(mut self) {
-        let (host, store) = (self.host.clone(), self.store.clone());
-        let closing = self.handle.spawn(async move {
-            host.shutdown().await;
-            store.close().await;
-        });
+        let store = self.store.clone();
+        let closing = match &self.role {
+            Role::Host(host) => {
+                let host = host.clone();
+                self.handle.spawn(async move {
+                    host.shutdown().await;
+                    store.close().await;
+                })
+            }
+            Role::Sidecar {
+                sidecar,
+                clients,
+                running,
+                ..
+            } => {
+                // The clients stop first (each settling what it has in flight), then the
+                // sidecar releases what they still hold.
+                clients.cancel();
+                running.close();
+                if tokio::time::timeout(Duration::from_secs(60), running.wait())
+                    .await
+                    .is_err()
+                {
+                    eprintln!(
+                        "campaign: node-{}'s clients did not stop in 60 s",
+                        self.index
+                    );
+                }
+                let sidecar = sidecar.clone();
+                self.handle.spawn(async move {
+                    sidecar.shutdown().await;
+                    store.close().await;
+                })
+            }
+        };
         if tokio::time::timeout(Duration::from_secs(30), closing)
             .await
             .is_err()

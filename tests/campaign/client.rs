@@ -1,0 +1,222 @@
+//! A sidecar's client, one per session: attaches, stands by until it owns the session, then
+//! appends (one appender of single records, one of batches) with a request id per call, each
+//! retried with the same id until it is answered; and stops at once on `Lost`, on the stream's
+//! end or on a refusal, as the sidecar's one rule says.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::sidecar::proto::leasehold_client::LeaseholdClient;
+use leasehold::sidecar::proto::{
+    Acquire, AppendRequest, AttachRequest, attach_request, attach_response,
+};
+use leasehold::{Appended, CancellationToken, Epoch, JournalWriteError, Uuid};
+use tokio::time::{Instant, sleep};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+use tonic_types::StatusExt as _;
+
+use crate::history::{Entry, History};
+
+/// How long a call is retried with its request id before the client gives up on learning
+/// its outcome.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Owns `session` through the sidecar at `endpoint` whenever it can, until `stop`.
+pub(crate) async fn run(
+    node: usize,
+    endpoint: String,
+    session: Uuid,
+    pace: Duration,
+    history: Arc<History>,
+    stop: CancellationToken,
+) {
+    let channel = Endpoint::from_shared(endpoint)
+        .expect("a URL")
+        .connect_timeout(Duration::from_secs(2))
+        .connect_lazy();
+    let client = LeaseholdClient::new(channel);
+    while !stop.is_cancelled() {
+        own(node, &client, session, pace, &history, &stop).await;
+        tokio::select! {
+            () = sleep(Duration::from_millis(100)) => {}
+            () = stop.cancelled() => {}
+        }
+    }
+}
+
+/// One ownership: attach, acquire, append until it ends.
+async fn own(
+    node: usize,
+    client: &LeaseholdClient<Channel>,
+    session: Uuid,
+    pace: Duration,
+    history: &Arc<History>,
+    stop: &CancellationToken,
+) {
+    let (requests, receiver) = tokio::sync::mpsc::channel(4);
+    let acquire = AttachRequest {
+        request: Some(attach_request::Request::Acquire(Acquire {
+            session: session.to_string(),
+            wait: true,
+            wait_ms: 0,
+        })),
+    };
+    let _ = requests.send(acquire).await;
+    let mut attaching = client.clone();
+    let attached = tokio::select! {
+        attached = attaching.attach(tokio_stream::wrappers::ReceiverStream::new(receiver)) => attached,
+        () = stop.cancelled() => return,
+    };
+    let Ok(events) = attached else { return };
+    let mut events = events.into_inner();
+    let epoch = loop {
+        let message = tokio::select! {
+            message = events.message() => message,
+            () = stop.cancelled() => return,
+        };
+        match message {
+            Ok(Some(message)) => match message.event {
+                Some(attach_response::Event::Acquired(acquired)) => break acquired.epoch,
+                Some(attach_response::Event::Failed(_)) => return,
+                _ => continue,
+            },
+            _ => return,
+        }
+    };
+    history.note(Entry::Acquired {
+        at: Instant::now(),
+        node,
+        session,
+        epoch: Epoch(epoch),
+    });
+    // Cancelled on a loss, the stream's end, a refusal, or the campaign's end.
+    let owned = CancellationToken::new();
+    let watch = async {
+        tokio::select! {
+            () = async {
+                loop {
+                    match events.message().await {
+                        Ok(Some(message)) => match message.event {
+                            Some(attach_response::Event::Lost(_) | attach_response::Event::Released(_)) => return,
+                            _ => continue,
+                        },
+                        _ => return,
+                    }
+                }
+            } => {}
+            () = stop.cancelled() => {}
+            () = owned.cancelled() => {}
+        }
+        owned.cancel();
+    };
+    let append = |max_batch| {
+        appender(
+            node, client, session, epoch, max_batch, pace, history, &owned, stop,
+        )
+    };
+    tokio::join!(watch, append(1), append(5));
+    history.note(Entry::Ended {
+        at: Instant::now(),
+        node,
+        session,
+        epoch: Epoch(epoch),
+    });
+    // Dropping the stream releases the session.
+    drop(requests);
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn appender(
+    node: usize,
+    client: &LeaseholdClient<Channel>,
+    session: Uuid,
+    epoch: u64,
+    max_batch: usize,
+    pace: Duration,
+    history: &Arc<History>,
+    owned: &CancellationToken,
+    stop: &CancellationToken,
+) {
+    let mut n = 0;
+    while !owned.is_cancelled() {
+        n += 1;
+        let count = 1 + n % max_batch;
+        let payloads = (0..count).map(|_| history.payload(session, node)).collect();
+        let call = history.call(session, payloads);
+        let request = AppendRequest {
+            session: session.to_string(),
+            epoch,
+            payloads: call.payloads.clone(),
+            request_id: Uuid::new_v4().to_string(),
+        };
+        match settle(client, request, stop).await {
+            Told::Appended(appended) => {
+                call.done(&Ok(appended));
+                history
+                    .sidecar_ok
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Told::Refused => {
+                // Not appended, and never will be: stop acting on the session.
+                call.done(&Err(JournalWriteError::Closed));
+                owned.cancel();
+            }
+            Told::Unknown => {
+                call.unknown();
+                owned.cancel();
+            }
+        }
+        sleep(pace).await;
+    }
+}
+
+enum Told {
+    Appended(Appended),
+    Refused,
+    Unknown,
+}
+
+/// Sends `request` until it is answered for good: appended, or refused (FAILED_PRECONDITION,
+/// INVALID_ARGUMENT). A timeout, a lost connection, OUTCOME_UNKNOWN and ETCD_UNAVAILABLE are
+/// retried with the same request id, which the sidecar answers exactly once. Unknown if that
+/// takes longer than [`SETTLE`], or the campaign ends first.
+async fn settle(
+    client: &LeaseholdClient<Channel>,
+    request: AppendRequest,
+    stop: &CancellationToken,
+) -> Told {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let mut call = tonic::Request::new(request.clone());
+        call.set_timeout(Duration::from_secs(2));
+        match client.clone().append(call).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                return Told::Appended(Appended {
+                    first_seq: answer.first_seq,
+                    last_seq: answer.last_seq,
+                    revision: answer.revision,
+                });
+            }
+            Err(status) => {
+                let leasehold = status
+                    .get_details_error_info()
+                    .is_some_and(|info| info.domain == leasehold::sidecar::DOMAIN);
+                if leasehold
+                    && matches!(
+                        status.code(),
+                        Code::FailedPrecondition | Code::InvalidArgument
+                    )
+                {
+                    return Told::Refused;
+                }
+                // Anything else may have appended, or may yet: ask again.
+            }
+        }
+        if Instant::now() >= deadline || stop.is_cancelled() {
+            return Told::Unknown;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+}
