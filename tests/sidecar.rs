@@ -762,3 +762,97 @@ async fn a_caller_that_gives_up_mid_append_is_answered_by_its_retry() {
     drop(attached);
     served.shutdown().await;
 }
+
+/// `leasehold serve` with TLS on its listener and client certificates required: a client with
+/// the CA and a certificate is served; one without a certificate is refused in the handshake.
+#[tokio::test(flavor = "multi_thread")]
+async fn leasehold_serve_with_tls_on_its_listener_requires_client_certificates() {
+    use tokio::io::AsyncBufReadExt as _;
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+    let etcd = common::Etcd::start().await;
+    let certificates = leasehold::testing::TestCertificates::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (cert, key) = certificates.server_pem();
+    let (cert, key, ca) = (
+        write("server.pem", cert),
+        write("server.key", key),
+        write("ca.pem", certificates.ca_pem()),
+    );
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", etcd.node.endpoint()])
+        .args(["--namespace", etcd.ns.as_str()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--listen-cert", &cert, "--listen-key", &key])
+        .args(["--listen-client-ca", &ca])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let port = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line
+                .split("serving leasehold.v1.Leasehold on 127.0.0.1:")
+                .nth(1)
+            {
+                return rest.split(',').next().unwrap().to_owned();
+            }
+        }
+        panic!("leasehold serve ended before it served")
+    })
+    .await
+    .expect("serving within 30 s");
+    let address = format!("https://localhost:{port}");
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(certificates.ca_pem()))
+        .domain_name("localhost");
+
+    let (client_cert, client_key) = certificates.client_pem();
+    let channel = Channel::from_shared(address.clone())
+        .unwrap()
+        .tls_config(
+            tls.clone()
+                .identity(Identity::from_pem(client_cert, client_key)),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .expect("a client with a certificate connects");
+    let checked = LeaseholdClient::new(channel)
+        .validate(ValidateRequest {
+            session: Uuid::new_v4().to_string(),
+            epoch: 1,
+        })
+        .await
+        .expect("served over TLS")
+        .into_inner();
+    assert!(!checked.current);
+
+    let refused = match Channel::from_shared(address)
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+    {
+        Err(error) => format!("{error:?}"),
+        Ok(channel) => format!(
+            "{:?}",
+            LeaseholdClient::new(channel)
+                .validate(ValidateRequest {
+                    session: Uuid::new_v4().to_string(),
+                    epoch: 1,
+                })
+                .await
+                .expect_err("a client without a certificate is refused")
+        ),
+    };
+    println!("without a client certificate: {refused}");
+    serve.kill().await.unwrap();
+}

@@ -120,3 +120,54 @@ async fn python_clients_race_die_freeze_and_retry_through_leasehold_serve() {
         );
     }
 }
+
+/// `leasehold serve --listen unix:PATH`: served on a Unix socket (a stale socket file there is
+/// replaced), and the file removed on SIGTERM.
+#[tokio::test(flavor = "multi_thread")]
+async fn leasehold_serve_listens_on_a_unix_socket() {
+    let python = python();
+    let etcd = common::Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("leasehold.sock");
+    // A socket file left behind by an earlier run.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let listen = format!("unix:{}", socket.display());
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", etcd.node.endpoint()])
+        .args(["--namespace", etcd.ns.as_str()])
+        .args(["serve", "--listen", &listen])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap()).lines();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            if line.contains(&format!("serving leasehold.v1.Leasehold on {listen}")) {
+                return;
+            }
+        }
+        panic!("leasehold serve ended before it served")
+    })
+    .await
+    .expect("serving within 30 s");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sidecar_test.py");
+    let run = tokio::process::Command::new(&python)
+        .args([script, "one-call", &listen])
+        .output()
+        .await
+        .unwrap();
+    println!("{}", String::from_utf8_lossy(&run.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{:?}", run.status);
+    std::process::Command::new("kill")
+        .args(["-TERM", &serve.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(30), serve.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(!socket.exists(), "the socket file is removed on shutdown");
+}

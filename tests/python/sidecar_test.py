@@ -290,8 +290,26 @@ def reflected_validate(channel, session, epoch):
     return response.current
 
 
+def one_call(address):
+    """One Validate and a health check, e.g. over a Unix socket (`unix:/path`)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    pb, rpc = stubs()
+    # gRPC's C core sends a Unix socket's path as the :authority, which HTTP/2 servers on h2
+    # (tonic's) refuse as malformed: name an authority (docs/sidecar.md).
+    channel = grpc.insecure_channel(address, options=[("grpc.default_authority", "localhost")])
+    answer = rpc.LeaseholdStub(channel).Validate(pb.ValidateRequest(session=str(uuid.uuid4()), epoch=1))
+    assert not answer.current, answer
+    served = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+    assert served.status == health_pb2.HealthCheckResponse.SERVING, served
+    say(check="one call", address=address, ok=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "holder":
         holder(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "one-call":
+        one_call(sys.argv[2])
     else:
         main(sys.argv[1])
