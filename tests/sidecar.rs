@@ -856,3 +856,67 @@ async fn leasehold_serve_with_tls_on_its_listener_requires_client_certificates()
     println!("without a client certificate: {refused}");
     serve.kill().await.unwrap();
 }
+
+/// An append that committed while its outcome stayed unknown, then lost its evidence: the
+/// session moved to another owner, whose fence followed the record, and an operator trimmed
+/// the record away. Its retry must not be told it never applied: it stays OUTCOME_UNKNOWN.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_outcome_whose_record_was_trimmed_away_stays_unknown() {
+    let etcd = common::Etcd::start().await;
+    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
+    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let session = Uuid::new_v4().to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&session, None).await);
+    let client = &mut served.client;
+
+    // --- phase: the append commits (seq 2), its replies lost until the lease runs out
+    proxy.drop_replies();
+    let unknown = client
+        .append(append(&session, owned.epoch, &["committed"], "r1"))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&unknown).0, "OUTCOME_UNKNOWN", "{unknown:?}");
+    match attached.next().await {
+        attach_response::Event::Lost(lost) => assert_eq!(lost.epoch, owned.epoch),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+
+    // --- phase: another owner fences after it (seq 3); an operator trims seq 2 away
+    let other = etcd.store("other", 10).await;
+    let id: Uuid = session.parse().unwrap();
+    let lease = tokio::time::timeout(
+        Duration::from_secs(20),
+        other.acquire_lease_wait(id, Duration::from_secs(20)),
+    )
+    .await
+    .unwrap()
+    .expect("the next owner acquires once the sidecar lets go");
+    let journal = other.open_journal(id, Some(&lease)).await.unwrap();
+    assert_eq!(
+        journal.next_seq(),
+        4,
+        "the fence follows the committed record"
+    );
+    let admin = leasehold::Admin::new(other.connection().clone(), etcd.ns.clone());
+    assert_eq!(admin.trim(id, 3).await.unwrap().base, 3);
+
+    // --- phase: the retry cannot tell: unknown, never "not applied"
+    proxy.heal();
+    for _ in 0..3 {
+        let retried = client
+            .append(append(&session, owned.epoch, &["committed"], "r1"))
+            .await
+            .unwrap_err();
+        assert_eq!(retried.code(), Code::Unavailable, "{retried:?}");
+        assert_eq!(reason(&retried).0, "OUTCOME_UNKNOWN", "{retried:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(attached);
+    other.close().await;
+    served.shutdown().await;
+}
