@@ -14,7 +14,7 @@ use leasehold::sidecar::proto::{
 };
 use leasehold::sidecar::{DOMAIN, Sidecar, SidecarOptions};
 use leasehold::testing::FaultProxy;
-use leasehold::{Store, StoreOptions, Uuid};
+use leasehold::{Store, Uuid};
 use tokio::sync::mpsc;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -52,6 +52,14 @@ impl Served {
             stop,
             served,
         }
+    }
+
+    /// A sidecar whose store reaches `etcd` through a fault proxy (returned), with a node
+    /// lease of `ttl` seconds.
+    async fn behind_proxy(etcd: &common::Etcd, ttl: u64) -> (FaultProxy, Self) {
+        let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
+        let store = common::store(&[proxy.endpoint()], &etcd.ns, "sidecar", ttl).await;
+        (proxy, Self::start(store).await)
     }
 
     /// Another client, on a connection of its own.
@@ -534,12 +542,7 @@ async fn every_refusal_is_a_status_with_its_reason() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let options = StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("sidecar")
-        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
-    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let (proxy, mut served) = Served::behind_proxy(&etcd, 3).await;
     let session = Uuid::new_v4().to_string();
     let mut attached = Attached::open(&mut served.client).await;
     let owned = acquired(attached.acquire(&session, None).await);
@@ -601,12 +604,7 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_outcome_that_never_applied_is_settled_lease_lost() {
     let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let options = StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("sidecar")
-        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
-    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let (proxy, mut served) = Served::behind_proxy(&etcd, 3).await;
     let session = Uuid::new_v4().to_string();
     let mut attached = Attached::open(&mut served.client).await;
     let owned = acquired(attached.acquire(&session, None).await);
@@ -647,12 +645,7 @@ async fn an_unknown_outcome_that_never_applied_is_settled_lease_lost() {
 #[tokio::test(flavor = "multi_thread")]
 async fn health_follows_the_node_lease_and_reflection_lists_the_service() {
     let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let options = StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("sidecar")
-        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
-    let served = Served::start(Store::connect(options).await.unwrap()).await;
+    let (proxy, served) = Served::behind_proxy(&etcd, 3).await;
     let channel = Channel::from_shared(served.address.clone())
         .unwrap()
         .connect()
@@ -731,12 +724,7 @@ async fn health_follows_the_node_lease_and_reflection_lists_the_service() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_caller_that_gives_up_mid_append_is_answered_by_its_retry() {
     let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let options = StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("sidecar")
-        .with_ttl(Duration::from_secs(10), Duration::from_secs(1));
-    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let (proxy, mut served) = Served::behind_proxy(&etcd, 10).await;
     let session = Uuid::new_v4().to_string();
     let mut attached = Attached::open(&mut served.client).await;
     let owned = acquired(attached.acquire(&session, None).await);
@@ -863,12 +851,7 @@ async fn leasehold_serve_with_tls_on_its_listener_requires_client_certificates()
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_outcome_whose_record_was_trimmed_away_stays_unknown() {
     let etcd = common::Etcd::start().await;
-    let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
-    let options = StoreOptions::new([proxy.endpoint()])
-        .with_namespace(etcd.ns.clone())
-        .with_node("sidecar")
-        .with_ttl(Duration::from_secs(3), Duration::from_millis(500));
-    let mut served = Served::start(Store::connect(options).await.unwrap()).await;
+    let (proxy, mut served) = Served::behind_proxy(&etcd, 3).await;
     let session = Uuid::new_v4().to_string();
     let mut attached = Attached::open(&mut served.client).await;
     let owned = acquired(attached.acquire(&session, None).await);

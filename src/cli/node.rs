@@ -155,6 +155,44 @@ impl Timeline {
     }
 }
 
+/// What `node` and `serve` start from: the node's name, its store, a timeline, and the metrics
+/// endpoint (`--metrics-addr`), served until `metrics` is dropped.
+pub(crate) struct Started {
+    pub(crate) name: String,
+    pub(crate) store: Arc<leasehold::Store>,
+    pub(crate) timeline: Timeline,
+    pub(crate) metrics: tokio_util::sync::DropGuard,
+}
+
+/// Connects the node's store (named by `--node`, else `node-{pid}`), and serves its metrics
+/// at `metrics_addr` if given (the recorder installed before the store records anything).
+pub(crate) async fn start(
+    common: &Common,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Result<Started, Failure> {
+    let name = common
+        .node
+        .clone()
+        .unwrap_or_else(|| format!("node-{}", std::process::id()));
+    let exporter = match metrics_addr {
+        Some(addr) => Some(super::serve::install(addr).await?),
+        None => None,
+    };
+    let store = Arc::new(common.store(common.endpoints(), &name).await?);
+    let timeline = Timeline::new();
+    let serving = CancellationToken::new();
+    if let Some((handle, listener)) = exporter {
+        let local = super::serve::serve(handle, listener, store.clone(), serving.clone())?;
+        timeline.say(&name, format_args!("metrics at http://{local}/metrics"));
+    }
+    Ok(Started {
+        name,
+        store,
+        timeline,
+        metrics: serving.drop_guard(),
+    })
+}
+
 pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure> {
     let sessions: Vec<Uuid> = match args.sessions {
         Some(n) => (0..n)
@@ -168,22 +206,12 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
             2,
         ));
     }
-    let name = common
-        .node
-        .clone()
-        .unwrap_or_else(|| format!("node-{}", std::process::id()));
-    let exporter = match args.metrics_addr {
-        Some(addr) => Some(super::serve::install(addr).await?),
-        None => None,
-    };
-    let store = Arc::new(common.store(common.endpoints(), &name).await?);
-    let timeline = Timeline::new();
-    let serving = CancellationToken::new();
-    let _stop_serving = serving.clone().drop_guard();
-    if let Some((handle, listener)) = exporter {
-        let local = super::serve::serve(handle, listener, store.clone(), serving.clone())?;
-        timeline.say(&name, format_args!("metrics at http://{local}/metrics"));
-    }
+    let Started {
+        name,
+        store,
+        timeline,
+        metrics: _metrics,
+    } = start(common, args.metrics_addr).await?;
     timeline.say(
         &name,
         format_args!(

@@ -1,14 +1,12 @@
 //! `leasehold serve`: the gRPC sidecar (see `leasehold::sidecar` and docs/sidecar.md).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use leasehold::sidecar::{Sidecar, SidecarOptions};
-use tokio_util::sync::CancellationToken;
 
-use super::node::{Timeline, wait_for_signal};
+use super::node::{Started, start, wait_for_signal};
 use super::{Common, Failure};
 
 #[derive(Args)]
@@ -99,22 +97,12 @@ fn tls(args: &ServeArgs) -> Result<Option<tonic::transport::ServerTlsConfig>, Fa
 pub(crate) async fn run(common: &Common, args: &ServeArgs) -> Result<(), Failure> {
     let listen = parse_listen(&args.listen)?;
     let tls = tls(args)?;
-    let name = common
-        .node
-        .clone()
-        .unwrap_or_else(|| format!("node-{}", std::process::id()));
-    let exporter = match args.metrics_addr {
-        Some(addr) => Some(super::serve::install(addr).await?),
-        None => None,
-    };
-    let store = Arc::new(common.store(common.endpoints(), &name).await?);
-    let timeline = Timeline::new();
-    let serving = CancellationToken::new();
-    let _stop_serving = serving.clone().drop_guard();
-    if let Some((handle, listener)) = exporter {
-        let local = super::serve::serve(handle, listener, store.clone(), serving.clone())?;
-        timeline.say(&name, format_args!("metrics at http://{local}/metrics"));
-    }
+    let Started {
+        name,
+        store,
+        timeline,
+        metrics: _metrics,
+    } = start(common, args.metrics_addr).await?;
     let sidecar = Sidecar::new(
         store.clone(),
         SidecarOptions::default().with_client_keepalive(args.client_keepalive),
