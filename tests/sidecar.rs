@@ -364,9 +364,11 @@ async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_
     let (mut one, mut two) = (served.client().await, served.client().await);
     let mut first = Attached::open(&mut one).await;
     let owned = acquired(first.acquire(&session, None).await);
-    one.append(append(&session, owned.epoch, &["first's"], ""))
+    let first_call = one
+        .append(append(&session, owned.epoch, &["first's"], "f1"))
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner();
 
     // --- phase: a try-acquire is told who holds it; a standby waits
     let mut second = Attached::open(&mut two).await;
@@ -393,6 +395,15 @@ async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_
     assert!(ended.elapsed() < Duration::from_secs(2));
     assert!(next.epoch > owned.epoch);
     assert_eq!(next.tip_seq, 3, "fenced after the first owner's event");
+
+    // --- phase: a retry of the first owner's committed call, after the handover, is still
+    // answered what it came to (it must never be told it failed)
+    let retried = two
+        .append(append(&session, owned.epoch, &["first's"], "f1"))
+        .await
+        .expect("a retry of a committed call is answered its result")
+        .into_inner();
+    assert_eq!(retried, first_call);
 
     // --- phase: the dead stream's epoch is fenced, and nothing it sends lands
     let stale = two

@@ -61,9 +61,10 @@ use requests::{Begun, Outcome, Requests};
 
 pub use refusal::DOMAIN;
 
-/// How many ended sessions (released or lost) the sidecar remembers, with their epoch and loss
-/// reason: an append under such an epoch is refused `LEASE_LOST`, and a retry of one of its
-/// requests still answers what it came to.
+/// How many ended ownerships (a session at an epoch, released or lost) the sidecar remembers,
+/// with their loss reason and their requests: an append under such an epoch is refused
+/// `LEASE_LOST`, and a retry of one of its requests still answers what it came to, whoever
+/// owns the session since.
 const ENDED: usize = 10_000;
 
 /// How a [`Sidecar`] serves its clients.
@@ -114,9 +115,8 @@ pub(crate) struct Owned {
     requests: Arc<Requests>,
 }
 
-/// A session that ended here (released or lost): its epoch, why, and its requests.
+/// An ownership that ended here (released or lost): why, and its requests.
 struct Ended {
-    epoch: Epoch,
     loss: &'static str,
     requests: Arc<Requests>,
 }
@@ -133,8 +133,11 @@ struct Inner {
 #[derive(Default)]
 struct Sessions {
     owned: HashMap<Uuid, Arc<Owned>>,
-    ended: HashMap<Uuid, Ended>,
-    ended_order: VecDeque<Uuid>,
+    /// The last [`ENDED`] ownerships that ended, by session and epoch, oldest first in
+    /// `ended_order`; and each of their sessions' newest ended epoch.
+    ended: HashMap<(Uuid, Epoch), Ended>,
+    ended_order: VecDeque<(Uuid, Epoch)>,
+    newest_ended: HashMap<Uuid, Epoch>,
     next_stream: u64,
 }
 
@@ -147,9 +150,7 @@ impl Inner {
 
     /// Records `owned` as the session's owner here.
     fn own(&self, session: Uuid, owned: Arc<Owned>) {
-        let mut sessions = self.lock();
-        sessions.ended.remove(&session);
-        sessions.owned.insert(session, owned);
+        self.lock().owned.insert(session, owned);
     }
 
     /// Records that `session`'s ownership at `epoch` ended, for `loss`.
@@ -162,20 +163,20 @@ impl Inner {
             return;
         }
         let owned = sessions.owned.remove(&session).expect("looked up above");
-        sessions.ended.insert(
-            session,
-            Ended {
-                epoch,
-                loss,
-                requests: owned.requests.clone(),
-            },
-        );
-        sessions.ended_order.push_back(session);
+        let requests = owned.requests.clone();
+        sessions
+            .ended
+            .insert((session, epoch), Ended { loss, requests });
+        let newest = sessions.newest_ended.entry(session).or_insert(epoch);
+        *newest = (*newest).max(epoch);
+        sessions.ended_order.push_back((session, epoch));
         while sessions.ended_order.len() > ENDED {
-            if let Some(oldest) = sessions.ended_order.pop_front()
-                && !sessions.owned.contains_key(&oldest)
-            {
-                sessions.ended.remove(&oldest);
+            let Some((oldest, at)) = sessions.ended_order.pop_front() else {
+                break;
+            };
+            sessions.ended.remove(&(oldest, at));
+            if sessions.newest_ended.get(&oldest) == Some(&at) {
+                sessions.newest_ended.remove(&oldest);
             }
         }
     }
@@ -314,6 +315,20 @@ impl Sidecar {
     /// Where an append under `(session, epoch)` stands.
     fn standing(&self, session: Uuid, epoch: Epoch) -> Standing {
         let sessions = self.inner.lock();
+        if let Some(ended) = sessions.ended.get(&(session, epoch)) {
+            // Its remembered requests answer their retries; anything else is refused, FENCED
+            // if the session has a newer owner here.
+            let newer = sessions
+                .owned
+                .get(&session)
+                .map(|owned| owned.lease.epoch())
+                .filter(|owner| *owner > epoch);
+            let refusal = match newer {
+                Some(owner) => Refusal::fenced(session, epoch, Some(owner)),
+                None => Refusal::lease_lost(session, epoch, ended.loss),
+            };
+            return Standing::Ended(ended.requests.clone(), refusal);
+        }
         if let Some(owned) = sessions.owned.get(&session) {
             let owner = owned.lease.epoch();
             if owner == epoch {
@@ -324,16 +339,12 @@ impl Sidecar {
             }
             return Standing::Refused(Refusal::not_owner(session, epoch, Some(owner)));
         }
-        if let Some(ended) = sessions.ended.get(&session) {
-            if ended.epoch == epoch {
-                return Standing::Ended(
-                    ended.requests.clone(),
-                    Refusal::lease_lost(session, epoch, ended.loss),
-                );
-            }
-            if ended.epoch > epoch {
-                return Standing::Refused(Refusal::fenced(session, epoch, None));
-            }
+        if sessions
+            .newest_ended
+            .get(&session)
+            .is_some_and(|newest| *newest > epoch)
+        {
+            return Standing::Refused(Refusal::fenced(session, epoch, None));
         }
         Standing::Refused(Refusal::not_owner(session, epoch, None))
     }

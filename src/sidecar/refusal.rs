@@ -201,8 +201,8 @@ impl Refusal {
         }
     }
 
-    /// Whether a call refused so certainly did not append, and trying again may (so the
-    /// request id is not remembered: its retry is sent anew).
+    /// Whether a call refused so certainly did not append, and trying again may: the next call
+    /// with its request id is sent anew (see [`requests`](super::requests)).
     pub(crate) fn retry_sends_again(&self) -> bool {
         self.reason == Some("ETCD_UNAVAILABLE")
     }
