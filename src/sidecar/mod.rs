@@ -256,9 +256,13 @@ impl Sidecar {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()
             .expect("the generated descriptors are valid");
+        // Both names answer from the first connection on (never NOT_FOUND).
+        let serving = self.inner.store.is_node_lease_valid();
+        set_health(&reporter, serving).await;
         let reporting = tokio::spawn(report_health(
             self.inner.store.clone(),
             reporter,
+            serving,
             self.inner.stop.clone(),
         ));
         let mut builder = tonic::transport::Server::builder()
@@ -497,34 +501,36 @@ fn parse_session(text: &str) -> Result<Uuid, Refusal> {
 async fn report_health(
     store: Arc<Store>,
     reporter: tonic_health::server::HealthReporter,
+    mut serving: bool,
     stop: CancellationToken,
 ) {
-    let mut serving = None;
     loop {
-        let now = store.is_node_lease_valid();
-        if serving != Some(now) {
-            let status = if now {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
-            };
-            reporter.set_service_status("", status).await;
-            reporter
-                .set_service_status("leasehold.v1.Leasehold", status)
-                .await;
-            serving = Some(now);
-        }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(100)) => {}
             () = stop.cancelled() => {
-                reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-                reporter
-                    .set_service_status("leasehold.v1.Leasehold", tonic_health::ServingStatus::NotServing)
-                    .await;
+                set_health(&reporter, false).await;
                 return;
             }
         }
+        let now = store.is_node_lease_valid();
+        if now != serving {
+            set_health(&reporter, now).await;
+            serving = now;
+        }
     }
+}
+
+/// `SERVING` or `NOT_SERVING`, for the server as a whole (`""`) and for the service.
+async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    reporter
+        .set_service_status("leasehold.v1.Leasehold", status)
+        .await;
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
