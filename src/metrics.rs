@@ -21,6 +21,10 @@
 //! | `leasehold_sessions_quarantined` | gauge | | sessions a `SessionHost` of the store keeps failing to open (quarantined: retried with backoff) |
 //! | `leasehold_nospace` | gauge | | 1 while etcd refuses the store's writes for space (its NOSPACE alarm), else 0 |
 //! | `leasehold_nospace_alarms_total` | counter | | times etcd's NOSPACE alarm stopped the store's writes: a write refused for space after one accepted (or none yet) |
+//! | `leasehold_sidecar_streams` | gauge | | `Attach` streams open on a sidecar (`leasehold serve`) of the store |
+//! | `leasehold_sidecar_sessions` | gauge | | sessions owned through those streams |
+//! | `leasehold_sidecar_calls_total` | counter | `rpc`: `attach`, `append`, `replay`, `validate`; `code`: the gRPC code answered (`OK`, `FAILED_PRECONDITION`, …) | the sidecar's calls, by how they were answered (a stream's at its start) |
+//! | `leasehold_sidecar_retries_total` | counter | `answer`: `remembered`, `settled`, `unknown` | appends with a request id seen before: answered what the first call came to, settled by a read of etcd, or still unknown |
 //!
 //! The NOSPACE pair follows what etcd answers the store's appends and acquisitions (see
 //! [`Store::nospace_alarm`](crate::Store::nospace_alarm)): a write refused with etcd's
@@ -63,6 +67,10 @@ const WATCH_RESTARTS: &str = "leasehold_watch_restarts_total";
 const SESSIONS_QUARANTINED: &str = "leasehold_sessions_quarantined";
 const NOSPACE: &str = "leasehold_nospace";
 const NOSPACE_ALARMS: &str = "leasehold_nospace_alarms_total";
+const SIDECAR_STREAMS: &str = "leasehold_sidecar_streams";
+const SIDECAR_SESSIONS: &str = "leasehold_sidecar_sessions";
+const SIDECAR_CALLS: &str = "leasehold_sidecar_calls_total";
+const SIDECAR_RETRIES: &str = "leasehold_sidecar_retries_total";
 
 /// Gives every leasehold metric its unit and help text in the installed recorder.
 pub fn describe() {
@@ -107,6 +115,19 @@ pub fn describe() {
     describe_counter!(
         NOSPACE_ALARMS,
         "Times etcd's NOSPACE alarm stopped this store's writes"
+    );
+    describe_gauge!(SIDECAR_STREAMS, "Attach streams open on the sidecar");
+    describe_gauge!(
+        SIDECAR_SESSIONS,
+        "Sessions owned through the sidecar's streams"
+    );
+    describe_counter!(
+        SIDECAR_CALLS,
+        "Sidecar calls, by RPC and the gRPC code answered"
+    );
+    describe_counter!(
+        SIDECAR_RETRIES,
+        "Sidecar appends with a request id seen before, by how they were answered"
     );
 }
 
@@ -209,6 +230,28 @@ impl Metrics {
         if raised && !was {
             counter!(NOSPACE_ALARMS, self.labels()).increment(1);
         }
+    }
+
+    /// An `Attach` stream of a sidecar opened (`1.0`) or ended (`-1.0`).
+    pub(crate) fn sidecar_stream(&self, change: f64) {
+        gauge!(SIDECAR_STREAMS, self.labels()).increment(change);
+    }
+
+    /// A session came to be owned through a sidecar's stream (`1.0`), or stopped (`-1.0`).
+    pub(crate) fn sidecar_session(&self, change: f64) {
+        gauge!(SIDECAR_SESSIONS, self.labels()).increment(change);
+    }
+
+    /// A sidecar call of `rpc`, answered with the gRPC code named `code`.
+    pub(crate) fn sidecar_call(&self, rpc: &'static str, code: &'static str) {
+        let mut labels = self.with("rpc", rpc);
+        labels.push(Label::new("code", code));
+        counter!(SIDECAR_CALLS, labels).increment(1);
+    }
+
+    /// A retry of a sidecar append (its request id seen before), answered as `answer` says.
+    pub(crate) fn sidecar_retry(&self, answer: &'static str) {
+        counter!(SIDECAR_RETRIES, self.with("answer", answer)).increment(1);
     }
 
     /// Whether etcd refuses this store's writes for space, as its last answer said.

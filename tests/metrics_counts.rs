@@ -10,35 +10,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::prometheus::parse;
 use leasehold::admin::Admin;
 use leasehold::testing::FaultProxy;
 use leasehold::{ConnectOptions, Connection, JournalWriteError, LossReason, Uuid};
 use metrics_exporter_prometheus::PrometheusBuilder;
-
-/// `name{labels} value` lines of a Prometheus text scrape, labels sorted.
-fn parse(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
-    let mut samples = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        let (name, labels) = match series.split_once('{') {
-            Some((name, labels)) => (name, labels.trim_end_matches('}')),
-            None => (series, ""),
-        };
-        let labels = labels
-            .split(',')
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (k, v) = l.split_once('=').unwrap();
-                (k.to_owned(), v.trim_matches('"').to_owned())
-            })
-            .collect();
-        samples.insert((name.to_owned(), labels), value.parse().unwrap());
-    }
-    samples
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_counter_moves_by_exactly_what_happened() {

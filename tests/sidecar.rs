@@ -209,11 +209,10 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
     assert_eq!(owned.tip_seq, 1, "a new journal holds its fence");
     assert!(owned.valid_for_ms > 0);
     assert_eq!(served.sidecar.owned_sessions(), 1);
-    // Acquiring again on the same stream answers the same ownership.
-    assert_eq!(
-        acquired(attached.acquire(&session, None).await).epoch,
-        owned.epoch
-    );
+    // Acquiring again on the same stream answers the same ownership, still valid.
+    let again = acquired(attached.acquire(&session, None).await);
+    assert_eq!((again.epoch, again.tip_seq), (owned.epoch, owned.tip_seq));
+    assert!(again.valid_for_ms > 0, "{again:?}");
 
     // --- phase: append, and its retry lands once
     let client = &mut served.client;
@@ -552,6 +551,7 @@ async fn every_refusal_is_a_status_with_its_reason() {
 /// own sequence numbers, appended once.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
+    recorder();
     let etcd = common::Etcd::start().await;
     let (proxy, mut served) = Served::behind_proxy(&etcd, 3).await;
     let session = Uuid::new_v4().to_string();
@@ -606,6 +606,14 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     assert_eq!((settled.first_seq, settled.last_seq), (3, 3));
     let seen = events(&replay(client, &session, false).await);
     assert_eq!(seen, [(2, "before".to_owned()), (3, "once".to_owned())]);
+    let retries = |answer| {
+        sample(
+            &etcd,
+            "leasehold_sidecar_retries_total",
+            &[("answer", answer)],
+        )
+    };
+    assert_eq!((retries("settled"), retries("remembered")), (1.0, 0.0));
     drop(attached);
     served.shutdown().await;
 }
@@ -912,5 +920,106 @@ async fn an_unknown_outcome_whose_record_was_trimmed_away_stays_unknown() {
     }
     drop(attached);
     other.close().await;
+    served.shutdown().await;
+}
+
+/// The process-wide Prometheus recorder of this binary, installed by the first test that asks.
+fn recorder() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this binary");
+        leasehold::metrics::describe();
+        handle
+    })
+}
+
+/// The value of `name` with labels `labels` (besides `node` and `namespace`) for `etcd`'s
+/// namespace and node `sidecar`, 0 if not recorded.
+fn sample(etcd: &common::Etcd, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let wanted: std::collections::BTreeMap<String, String> =
+        [("node", "sidecar"), ("namespace", etcd.ns.as_str())]
+            .into_iter()
+            .chain(labels.iter().copied())
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+    let samples = common::prometheus::parse(&recorder().render());
+    samples
+        .get(&(name.to_owned(), wanted))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_count_streams_sessions_calls_and_retries() {
+    recorder();
+    let etcd = common::Etcd::start().await;
+    let mut served = Served::start(etcd.store("sidecar", 10).await).await;
+    let calls = |rpc: &str, code: &str| {
+        sample(
+            &etcd,
+            "leasehold_sidecar_calls_total",
+            &[("rpc", rpc), ("code", code)],
+        )
+    };
+    let (streams, sessions) = (
+        || sample(&etcd, "leasehold_sidecar_streams", &[]),
+        || sample(&etcd, "leasehold_sidecar_sessions", &[]),
+    );
+    let (one, two) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
+    let mut attached = Attached::open(&mut served.client).await;
+    let owned = acquired(attached.acquire(&one, None).await);
+    acquired(attached.acquire(&two, None).await);
+    assert_eq!((streams(), sessions()), (1.0, 2.0));
+    assert_eq!(calls("attach", "OK"), 1.0);
+
+    // --- phase: appends, a retry answered from memory, a stale epoch refused
+    let client = &mut served.client;
+    for request in [
+        append(&one, owned.epoch, &["a"], "m1"),
+        append(&one, owned.epoch, &["a"], "m1"),
+        append(&one, owned.epoch, &["b"], ""),
+    ] {
+        client.append(request).await.unwrap();
+    }
+    let stale = client
+        .append(append(&one, owned.epoch - 1, &["c"], ""))
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition);
+    client
+        .validate(ValidateRequest {
+            session: one.clone(),
+            epoch: owned.epoch,
+        })
+        .await
+        .unwrap();
+    replay(client, &one, false).await;
+    assert_eq!(calls("append", "OK"), 3.0);
+    assert_eq!(calls("append", "FAILED_PRECONDITION"), 1.0);
+    assert_eq!(calls("validate", "OK"), 1.0);
+    assert_eq!(calls("replay", "OK"), 1.0);
+    let retries = |answer| {
+        sample(
+            &etcd,
+            "leasehold_sidecar_retries_total",
+            &[("answer", answer)],
+        )
+    };
+    assert_eq!((retries("remembered"), retries("settled")), (1.0, 0.0));
+
+    // --- phase: a release, then the stream's end
+    attached.release(&two).await;
+    assert_eq!(sessions(), 1.0);
+    drop(attached);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while (streams(), sessions()) != (0.0, 0.0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the gauges fall back to 0 once the stream ends");
     served.shutdown().await;
 }

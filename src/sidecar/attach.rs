@@ -23,6 +23,7 @@ use super::refusal::{Refusal, loss_label};
 use super::requests::Requests;
 use super::{Owned, Sidecar, parse_session};
 use crate::lease::Epoch;
+use crate::metrics::Metrics;
 use crate::store::AcquireError;
 
 type Sender = mpsc::Sender<Result<AttachResponse, Status>>;
@@ -32,6 +33,23 @@ enum Acquisition {
     Owned(Arc<Owned>),
     Held { epoch: Epoch, node: String },
     Failed(Refusal),
+}
+
+/// The `Acquired` event of a session this stream owns: its epoch, the fence's place, and how
+/// long its lease stays valid from now without a renewal.
+fn acquired(owned: &Owned) -> attach_response::Event {
+    let valid_for = owned
+        .lease
+        .state()
+        .node
+        .valid_until()
+        .saturating_duration_since(crate::clock::now());
+    attach_response::Event::Acquired(proto::Acquired {
+        session: owned.lease.session_id().to_string(),
+        epoch: owned.lease.epoch().get(),
+        tip_seq: owned.journal.next_seq().saturating_sub(1),
+        valid_for_ms: u32::try_from(valid_for.as_millis()).unwrap_or(u32::MAX),
+    })
 }
 
 /// Runs stream `stream` until its client's side ends or the sidecar shuts down.
@@ -44,6 +62,7 @@ pub(super) async fn run(
 ) {
     let peer = peer.map_or_else(|| "local".to_owned(), |peer| peer.to_string());
     tracing::info!(stream, %peer, "attached");
+    let _open = Open::new(sidecar.inner.store.metrics().clone());
     let stop = sidecar.inner.stop.clone();
     // Owned sessions, in the order they were acquired.
     let mut owned: Vec<Arc<Owned>> = Vec::new();
@@ -88,23 +107,13 @@ pub(super) async fn run(
                         continue;
                     }
                     Acquisition::Owned(session_owned) => {
-                        let (epoch, lease) = (session_owned.lease.epoch(), &session_owned.lease);
-                        let valid_for = lease
-                            .state()
-                            .node
-                            .valid_until()
-                            .saturating_duration_since(crate::clock::now());
-                        let tip_seq = session_owned.journal.next_seq().saturating_sub(1);
+                        let event = acquired(&session_owned);
                         losses.push(watch_loss(&session_owned));
                         sidecar.inner.own(session, session_owned.clone());
+                        let epoch = session_owned.lease.epoch();
                         owned.push(session_owned);
-                        tracing::info!(stream, %session, %epoch, tip_seq, "acquired");
-                        attach_response::Event::Acquired(proto::Acquired {
-                            session: session.to_string(),
-                            epoch: epoch.get(),
-                            tip_seq,
-                            valid_for_ms: u32::try_from(valid_for.as_millis()).unwrap_or(u32::MAX),
-                        })
+                        tracing::info!(stream, %session, %epoch, "acquired");
+                        event
                     }
                     Acquisition::Held { .. } | Acquisition::Failed(_) if !wanted => continue,
                     Acquisition::Held { epoch, node } => attach_response::Event::Held(proto::Held {
@@ -143,13 +152,7 @@ pub(super) async fn run(
                         };
                         if let Some(held) = owned.iter().find(|o| o.lease.session_id() == session) {
                             // Owned by this stream already: answered again.
-                            let event = attach_response::Event::Acquired(proto::Acquired {
-                                session: session.to_string(),
-                                epoch: held.lease.epoch().get(),
-                                tip_seq: held.journal.next_seq().saturating_sub(1),
-                                valid_for_ms: 0,
-                            });
-                            if !send(&sender, event).await {
+                            if !send(&sender, acquired(held)).await {
                                 break "the client went away";
                             }
                             continue;
@@ -208,6 +211,22 @@ pub(super) async fn run(
     // Acquisitions still running: their leases are released as they come.
     drop(acquisitions);
     tracing::info!(stream, %peer, released = count, why, "detached");
+}
+
+/// A stream open, in the streams gauge for as long as it lives.
+struct Open(Metrics);
+
+impl Open {
+    fn new(metrics: Metrics) -> Self {
+        metrics.sidecar_stream(1.0);
+        Self(metrics)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.sidecar_stream(-1.0);
+    }
 }
 
 /// Sends `event`; false once the client is gone.

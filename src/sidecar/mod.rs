@@ -32,7 +32,9 @@ pub mod proto {
 
 mod attach;
 pub(crate) mod refusal;
+mod replay;
 pub mod requests;
+mod settle;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -40,7 +42,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use etcd_client::{KvClient, Txn, TxnOp};
 use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -48,9 +49,9 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use crate::journal::{Journal, Record};
+use crate::journal::Journal;
 use crate::lease::{Epoch, Lease};
-use crate::store::{OwnerValue, Store};
+use crate::store::Store;
 use proto::leasehold_server::{Leasehold, LeaseholdServer};
 use proto::{
     AppendRequest, AppendResponse, AttachRequest, AttachResponse, ReplayRequest, ReplayResponse,
@@ -150,7 +151,9 @@ impl Inner {
 
     /// Records `owned` as the session's owner here.
     fn own(&self, session: Uuid, owned: Arc<Owned>) {
-        self.lock().owned.insert(session, owned);
+        if self.lock().owned.insert(session, owned).is_none() {
+            self.store.metrics().sidecar_session(1.0);
+        }
     }
 
     /// Records that `session`'s ownership at `epoch` ended, for `loss`.
@@ -163,6 +166,7 @@ impl Inner {
             return;
         }
         let owned = sessions.owned.remove(&session).expect("looked up above");
+        self.store.metrics().sidecar_session(-1.0);
         let requests = owned.requests.clone();
         sessions
             .ended
@@ -371,119 +375,6 @@ impl Sidecar {
             (Err(error), _) => Outcome::Refused(Refusal::of_append(session, epoch, &error)),
         }
     }
-
-    /// What an unknown outcome of `session`'s append under `epoch` at `first_seq..=last_seq`
-    /// came to, from one linearizable read of the record at `first_seq`, the owner key and
-    /// the tip. The transaction compared the tip (then at `first_seq - 1`, written by this
-    /// epoch's journal), the owner key's epoch and the absence of `first_seq`; and only it,
-    /// of this epoch's one journal, took `first_seq` while it could apply. So:
-    ///
-    /// - an event of `epoch` at `first_seq` is the append: committed;
-    /// - the next owner's fence at `first_seq`, fencing the tip at `first_seq - 1` of
-    ///   `epoch`, was appended where the append would have been: never applied;
-    /// - no record there, the owner key no longer at `epoch` (the transaction can never apply:
-    ///   a create_revision never comes back) and the tip still at `first_seq - 1` of `epoch`:
-    ///   never applied;
-    /// - anything else is still unknown: the transaction may still apply (the owner key still
-    ///   has `epoch`), or trims or a deleted and remade journal took the evidence away.
-    async fn settle(
-        &self,
-        session: Uuid,
-        epoch: Epoch,
-        (first_seq, last_seq): (u64, u64),
-    ) -> (Outcome, bool) {
-        let namespace = self.inner.store.namespace();
-        let keys = [
-            namespace.record_key(session, first_seq),
-            namespace.owner_key(session),
-            namespace.tip_key(session),
-        ];
-        let read = self
-            .inner
-            .store
-            .connection()
-            .read("settle append", |mut client: KvClient, _| {
-                let txn = Txn::new().and_then(keys.clone().map(|key| TxnOp::get(key, None)));
-                async move { client.txn(txn).await }
-            })
-            .await;
-        let unknown = |why: String| {
-            let refusal = Refusal::outcome_unknown(session, epoch, why);
-            (Outcome::Refused(refusal), false)
-        };
-        let response = match read {
-            Ok(response) => response,
-            Err(error) => return unknown(crate::etcd::chain(&error)),
-        };
-        let mut gets = crate::etcd::gets(&response);
-        let (record, owner, tip) = (
-            gets.next().flatten(),
-            gets.next().flatten(),
-            gets.next().flatten(),
-        );
-        let previous = first_seq.checked_sub(1);
-        let left_by_us = |seq: u64, by: Epoch| Some(seq) == previous && by == epoch;
-        if let Some(kv) = record {
-            return match crate::journal::decode_record(kv.key(), Some(first_seq), kv.value()) {
-                Ok(Record::Event(event)) if event.epoch == epoch => (
-                    Outcome::Appended(AppendResponse {
-                        first_seq,
-                        last_seq,
-                        revision: kv.mod_revision(),
-                    }),
-                    true,
-                ),
-                Ok(Record::Fence(fence))
-                    if fence
-                        .previous
-                        .as_ref()
-                        .is_some_and(|tip| left_by_us(tip.seq, tip.epoch)) =>
-                {
-                    (
-                        Outcome::Refused(Refusal::fenced(session, epoch, Some(fence.epoch))),
-                        true,
-                    )
-                }
-                Ok(_) => unknown(format!(
-                    "another journal's record is at {first_seq} (the journal was deleted and made anew)"
-                )),
-                Err(error) => unknown(error.to_string()),
-            };
-        }
-        let owner_epoch = owner.map(|kv| Epoch::from_revision(kv.create_revision()));
-        if owner_epoch == Some(epoch) {
-            return unknown(
-                "the owner key still has this epoch, and the record is not there (yet)".into(),
-            );
-        }
-        let tip = tip.and_then(|kv| crate::journal::decode_tip(kv.key(), kv.value()).ok());
-        if tip.is_some_and(|tip| left_by_us(tip.seq, tip.epoch)) {
-            let lost = Refusal::lease_lost(session, epoch, "outcome_settled_not_applied");
-            return (Outcome::Refused(lost), true);
-        }
-        unknown(format!(
-            "no record at {first_seq}, and the tip moved on: trimmed or deleted since"
-        ))
-    }
-
-    /// The owner of `session` from a linearizable read: its epoch and node name.
-    async fn owner(&self, session: Uuid) -> Result<Option<(Epoch, String)>, Refusal> {
-        let key = self.inner.store.namespace().owner_key(session);
-        let response = self
-            .inner
-            .store
-            .connection()
-            .read("owner", |mut client: KvClient, _| {
-                let key = key.clone();
-                async move { client.get(key, None).await }
-            })
-            .await
-            .map_err(|error| Refusal::etcd(&error))?;
-        Ok(response.kvs().first().map(|kv| {
-            let node = OwnerValue::decode(kv.value()).map_or_else(String::new, |value| value.node);
-            (Epoch::from_revision(kv.create_revision()), node)
-        }))
-    }
 }
 
 /// Parses a session id: INVALID_ARGUMENT with a `BadRequest` if it is not a UUID.
@@ -545,8 +436,17 @@ impl Leasehold for Sidecar {
         request: Request<tonic::Streaming<AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         if self.inner.stop.is_cancelled() {
-            return Err(Status::unavailable("the sidecar is shutting down"));
+            let refused = Status::unavailable("the sidecar is shutting down");
+            self.inner
+                .store
+                .metrics()
+                .sidecar_call("attach", refusal::code_label(refused.code()));
+            return Err(refused);
         }
+        self.inner
+            .store
+            .metrics()
+            .sidecar_call("attach", refusal::code_label(tonic::Code::Ok));
         let peer = request.remote_addr();
         let requests = request.into_inner();
         let (sender, receiver) = mpsc::channel(64);
@@ -567,7 +467,44 @@ impl Leasehold for Sidecar {
         &self,
         request: Request<AppendRequest>,
     ) -> Result<Response<AppendResponse>, Status> {
-        let request = request.into_inner();
+        let answered = self.append_call(request.into_inner()).await;
+        self.record("append", &answered);
+        answered
+    }
+
+    async fn replay(
+        &self,
+        request: Request<ReplayRequest>,
+    ) -> Result<Response<Self::ReplayStream>, Status> {
+        let answered = self.replay_call(request.into_inner());
+        self.record("replay", &answered);
+        answered
+    }
+
+    async fn validate(
+        &self,
+        request: Request<ValidateRequest>,
+    ) -> Result<Response<ValidateResponse>, Status> {
+        let answered = self.validate_call(request.into_inner()).await;
+        self.record("validate", &answered);
+        answered
+    }
+}
+
+impl Sidecar {
+    /// Counts a call of `rpc` under the code it was answered with.
+    fn record<T>(&self, rpc: &'static str, answered: &Result<T, Status>) {
+        let code = answered
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        let metrics = self.inner.store.metrics();
+        metrics.sidecar_call(rpc, refusal::code_label(code));
+    }
+
+    async fn append_call(
+        &self,
+        request: AppendRequest,
+    ) -> Result<Response<AppendResponse>, Status> {
         let session = parse_session(&request.session).map_err(|r| r.status())?;
         let epoch = Epoch(request.epoch);
         let (owned, requests) = match self.standing(session, epoch) {
@@ -600,6 +537,7 @@ impl Leasehold for Sidecar {
             return answer(Self::append_to(&owned, &request.payloads).await);
         };
         let id = request.request_id.as_str();
+        let mut retry = false;
         let first = match requests.begin(id, requests::digest(&request.payloads)) {
             Begun::Reused => return Err(Refusal::reused(id).status()),
             Begun::First(sender) => {
@@ -622,7 +560,10 @@ impl Leasehold for Sidecar {
                 });
                 outcome
             }
-            Begun::Retry(first) => first,
+            Begun::Retry(first) => {
+                retry = true;
+                first
+            }
         };
         let Some(outcome) = requests::outcome_of(first).await else {
             // Only a runtime shutting down drops the task before it finishes.
@@ -639,32 +580,39 @@ impl Leasehold for Sidecar {
                 if fin {
                     requests.settled(id, settled.clone());
                 }
+                if retry {
+                    let metrics = self.inner.store.metrics();
+                    metrics.sidecar_retry(if fin { "settled" } else { "unknown" });
+                }
                 answer(settled)
             }
-            outcome => answer(outcome),
+            outcome => {
+                if retry {
+                    self.inner.store.metrics().sidecar_retry("remembered");
+                }
+                answer(outcome)
+            }
         }
     }
 
-    async fn replay(
+    fn replay_call(
         &self,
-        request: Request<ReplayRequest>,
-    ) -> Result<Response<Self::ReplayStream>, Status> {
-        let request = request.into_inner();
+        request: ReplayRequest,
+    ) -> Result<Response<<Self as Leasehold>::ReplayStream>, Status> {
         let session = parse_session(&request.session).map_err(|r| r.status())?;
         let store = self.inner.store.clone();
         let stop = self.inner.stop.clone();
         let (sender, receiver) = mpsc::channel(64);
-        tokio::spawn(replay(store, session, request, sender, stop));
+        tokio::spawn(replay::replay(store, session, request, sender, stop));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))
     }
 
-    async fn validate(
+    async fn validate_call(
         &self,
-        request: Request<ValidateRequest>,
+        request: ValidateRequest,
     ) -> Result<Response<ValidateResponse>, Status> {
-        let request = request.into_inner();
         let session = parse_session(&request.session).map_err(|r| r.status())?;
         let owner = self.owner(session).await.map_err(|r| r.status())?;
         let owner_epoch = owner.map_or(0, |(epoch, _)| epoch.get());
@@ -673,98 +621,4 @@ impl Leasehold for Sidecar {
             owner_epoch,
         }))
     }
-}
-
-/// Streams `session`'s journal at one revision, then (with `follow`) what commits after.
-async fn replay(
-    store: Arc<Store>,
-    session: Uuid,
-    request: ReplayRequest,
-    sender: mpsc::Sender<Result<ReplayResponse, Status>>,
-    stop: CancellationToken,
-) {
-    use futures_util::StreamExt as _;
-    let mut records = store.replay_records(session);
-    if request.from_seq > 0 {
-        records = records.from_seq(request.from_seq);
-    }
-    let mut next_seq = request.from_seq.max(1);
-    loop {
-        let record = tokio::select! {
-            record = records.next() => record,
-            () = sender.closed() => return,
-            () = stop.cancelled() => return,
-        };
-        let Some(record) = record else { break };
-        let record = record.map_err(|error| replay_status(&error));
-        if let Ok(record) = &record {
-            next_seq = record.seq().saturating_add(1);
-        }
-        if !send_record(&sender, record, request.records).await {
-            return;
-        }
-    }
-    if !request.follow {
-        return;
-    }
-    let admin = crate::admin::Admin::new(store.connection().clone(), store.namespace().clone());
-    let mut follow = admin.follow(session, records.revision(), next_seq);
-    loop {
-        let record = tokio::select! {
-            record = follow.next() => record,
-            () = sender.closed() => return,
-            () = stop.cancelled() => return,
-        };
-        let Some(record) = record else { return };
-        let record = record.map_err(|error| replay_status(&error));
-        if !send_record(&sender, record, request.records).await {
-            return;
-        }
-    }
-}
-
-/// Sends one record (fences only with `records`); false once the stream is over.
-async fn send_record(
-    sender: &mpsc::Sender<Result<ReplayResponse, Status>>,
-    record: Result<Record, Status>,
-    records: bool,
-) -> bool {
-    let message = match record {
-        Err(status) => {
-            let _ = sender.send(Err(status)).await;
-            return false;
-        }
-        Ok(Record::Event(event)) => ReplayResponse {
-            seq: event.seq,
-            epoch: event.epoch.get(),
-            kind: Some(proto::replay_response::Kind::Event(event.payload)),
-        },
-        Ok(Record::Fence(fence)) if records => ReplayResponse {
-            seq: fence.seq,
-            epoch: fence.epoch.get(),
-            kind: Some(proto::replay_response::Kind::Fence(proto::Fence {
-                epoch: fence.epoch.get(),
-                previous_seq: fence.previous.as_ref().map_or(0, |tip| tip.seq),
-                previous_epoch: fence.previous.as_ref().map_or(0, |tip| tip.epoch.get()),
-            })),
-        },
-        Ok(Record::Fence(_)) => return true,
-    };
-    sender.send(Ok(message)).await.is_ok()
-}
-
-/// A replay's failure as a status.
-fn replay_status(error: &crate::journal::ReplayError) -> Status {
-    use crate::journal::ReplayError;
-    let (code, reason) = match error {
-        ReplayError::Compacted { .. } => (tonic::Code::OutOfRange, "COMPACTED"),
-        ReplayError::Decode(_) => (tonic::Code::DataLoss, "UNDECODABLE"),
-        ReplayError::Etcd(error) => return Refusal::etcd(error).status(),
-    };
-    let details = tonic_types::ErrorDetails::with_error_info(
-        reason,
-        DOMAIN,
-        HashMap::<String, String>::new(),
-    );
-    <Status as tonic_types::StatusExt>::with_error_details(code, crate::etcd::chain(error), details)
 }

@@ -324,6 +324,11 @@ impl Store {
         self.shared.metrics.nospace()
     }
 
+    /// The metrics it records, under its labels.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
     /// The TTL etcd granted the node lease.
     pub fn ttl(&self) -> Duration {
         self.shared.ttl
