@@ -78,7 +78,20 @@ impl Bench {
             epoch,
         };
 
+        // etcd's count of transactions it started, to tell how many appends each carried.
+        let endpoint = self.endpoints[0].clone();
+        let txns = || async {
+            leasehold::etcd_metric(
+                &endpoint,
+                "grpc_server_started_total",
+                &["grpc_method=\"Txn\"", "grpc_type=\"unary\""],
+            )
+            .await
+            .map_err(Failure::runtime)
+            .map(|count| count.unwrap_or(0.0))
+        };
         let (mut sequential, mut concurrent) = (Rounds::default(), Rounds::default());
+        let mut per_txn = Rounds::default();
         let mut calls = 0usize;
         for round in 0..self.rounds {
             self.progress(format_args!(
@@ -106,7 +119,7 @@ impl Bench {
                 .baseline
                 .push(PER as f64 / baseline.as_secs_f64());
 
-            let started = Instant::now();
+            let (started, txns_before) = (Instant::now(), txns().await?);
             let tasks: Vec<_> = (0..CALLERS)
                 .map(|caller| {
                     let remote = remote.clone();
@@ -131,10 +144,15 @@ impl Bench {
             concurrent
                 .ours
                 .push((CALLERS * EACH) as f64 / started.elapsed().as_secs_f64());
+            let (txns_between, total) = (txns().await?, (CALLERS * EACH) as f64);
+            per_txn.ours.push(total / (txns_between - txns_before));
             let (rate, _) =
                 super::journal::appenders(std::iter::repeat_n(journal.clone(), CALLERS), EACH)
                     .await?;
             concurrent.baseline.push(rate);
+            per_txn
+                .baseline
+                .push(total / (txns().await? - txns_between));
         }
         drop(requests);
         stop.cancel();
@@ -155,6 +173,14 @@ impl Bench {
             "in-process, 64 callers",
             Better::Higher,
             concurrent,
+        );
+        self.report(
+            "sidecar_append",
+            "64 callers, per txn",
+            "appends/txn",
+            "in-process, 64 callers",
+            Better::Higher,
+            per_txn,
         );
         Ok(())
     }
