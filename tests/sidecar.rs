@@ -1023,3 +1023,104 @@ async fn the_metrics_count_streams_sessions_calls_and_retries() {
     .expect("the gauges fall back to 0 once the stream ends");
     served.shutdown().await;
 }
+
+/// Sets the seq of `session`'s tip in etcd to `seq` (the tip's value: a version byte, then the
+/// seq, big-endian), as an operator's mistake or a very long-lived journal would leave it.
+async fn forge_tip_seq(etcd: &common::Etcd, session: Uuid, seq: u64) {
+    let key = etcd.ns.tip_key(session);
+    let response = etcd.raw.clone().get(key.clone(), None).await.unwrap();
+    let mut tip = response.kvs()[0].value().to_vec();
+    tip[1..9].copy_from_slice(&seq.to_be_bytes());
+    etcd.raw.clone().put(key, tip, None).await.unwrap();
+}
+
+/// The reasons met only at the edges: a journal whose sequence numbers are used up, and etcd's
+/// RBAC refusing the sidecar's own user.
+#[tokio::test(flavor = "multi_thread")]
+async fn sequence_exhausted_and_permission_denied_carry_their_reasons() {
+    // --- phase: a journal two short of the end: its fence takes the last but one, an append
+    // the last would leave no next
+    let etcd = common::Etcd::start().await;
+    let mut served = Served::start(etcd.store("sidecar", 10).await).await;
+    let session = Uuid::new_v4();
+    let text = session.to_string();
+    let mut attached = Attached::open(&mut served.client).await;
+    acquired(attached.acquire(&text, None).await);
+    attached.release(&text).await;
+    forge_tip_seq(&etcd, session, u64::MAX - 2).await;
+    let owned = acquired(attached.acquire(&text, None).await);
+    assert_eq!(owned.tip_seq, u64::MAX - 1);
+    let exhausted = served
+        .client
+        .append(append(&text, owned.epoch, &["last"], "s1"))
+        .await
+        .unwrap_err();
+    assert_eq!(exhausted.code(), Code::FailedPrecondition, "{exhausted:?}");
+    assert_eq!(reason(&exhausted).0, "SEQUENCE_EXHAUSTED");
+    // A journal at its very end cannot even be fenced: the acquisition fails, not retryable.
+    attached.release(&text).await;
+    forge_tip_seq(&etcd, session, u64::MAX).await;
+    match attached.acquire(&text, None).await {
+        attach_response::Event::Failed(failed) => {
+            assert_eq!(failed.reason, "SEQUENCE_EXHAUSTED", "{failed:?}");
+            assert!(!failed.retryable);
+        }
+        other => panic!("expected Failed, got {other:?}"),
+    }
+    drop(attached);
+    served.shutdown().await;
+
+    // --- phase: the sidecar's user may write under A/ only; its namespace is B
+    let secured = leasehold::testing::EtcdNode::builder()
+        .auth("root-secret-5d1e")
+        .start()
+        .await
+        .expect("etcd with authentication starts");
+    secured
+        .add_prefix_user("alice", "alice-secret-2b7c", "A/")
+        .await
+        .expect("user alice");
+    let options = leasehold::StoreOptions::new([secured.endpoint()])
+        .with_namespace(leasehold::Namespace::new("B").unwrap())
+        .with_node("sidecar")
+        .with_ttl(Duration::from_secs(3), Duration::from_millis(500))
+        .with_user("alice", "alice-secret-2b7c");
+    let store = Store::connect(options)
+        .await
+        .expect("connecting needs no key");
+    let mut served = Served::start(store).await;
+    let mut attached = Attached::open(&mut served.client).await;
+    match attached.acquire(&text, None).await {
+        attach_response::Event::Failed(failed) => {
+            assert_eq!(failed.reason, "PERMISSION_DENIED", "{failed:?}");
+            assert!(!failed.retryable);
+        }
+        other => panic!("expected Failed, got {other:?}"),
+    }
+    let denied = served
+        .client
+        .validate(ValidateRequest {
+            session: text.clone(),
+            epoch: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert_eq!(reason(&denied).0, "PERMISSION_DENIED");
+    let mut records = served
+        .client
+        .replay(ReplayRequest {
+            session: text.clone(),
+            from_seq: 0,
+            records: true,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let denied = records.message().await.unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert_eq!(reason(&denied).0, "PERMISSION_DENIED");
+    drop(attached);
+    served.shutdown().await;
+}
