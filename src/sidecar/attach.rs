@@ -111,8 +111,9 @@ pub(super) async fn run(
                         losses.push(watch_loss(&session_owned));
                         sidecar.inner.own(session, session_owned.clone());
                         let epoch = session_owned.lease.epoch();
+                        let tip_seq = session_owned.journal.next_seq().saturating_sub(1);
                         owned.push(session_owned);
-                        tracing::info!(stream, %session, %epoch, "acquired");
+                        tracing::info!(stream, %session, %epoch, tip_seq, "acquired");
                         event
                     }
                     Acquisition::Held { .. } | Acquisition::Failed(_) if !wanted => continue,
