@@ -233,16 +233,19 @@ impl Metrics {
     }
 
     /// An `Attach` stream of a sidecar opened (`1.0`) or ended (`-1.0`).
+    #[cfg(feature = "grpc")]
     pub(crate) fn sidecar_stream(&self, change: f64) {
         gauge!(SIDECAR_STREAMS, self.labels()).increment(change);
     }
 
     /// A session came to be owned through a sidecar's stream (`1.0`), or stopped (`-1.0`).
+    #[cfg(feature = "grpc")]
     pub(crate) fn sidecar_session(&self, change: f64) {
         gauge!(SIDECAR_SESSIONS, self.labels()).increment(change);
     }
 
     /// A sidecar call of `rpc`, answered with the gRPC code named `code`.
+    #[cfg(feature = "grpc")]
     pub(crate) fn sidecar_call(&self, rpc: &'static str, code: &'static str) {
         let mut labels = self.with("rpc", rpc);
         labels.push(Label::new("code", code));
@@ -250,6 +253,7 @@ impl Metrics {
     }
 
     /// A retry of a sidecar append (its request id seen before), answered as `answer` says.
+    #[cfg(feature = "grpc")]
     pub(crate) fn sidecar_retry(&self, answer: &'static str) {
         counter!(SIDECAR_RETRIES, self.with("answer", answer)).increment(1);
     }

@@ -325,6 +325,7 @@ impl Store {
     }
 
     /// The metrics it records, under its labels.
+    #[cfg(feature = "grpc")]
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.shared.metrics
     }
