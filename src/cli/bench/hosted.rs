@@ -36,17 +36,7 @@ impl Bench {
     /// all are owned, etcd transactions per owned session; then a second node joins, takes
     /// half, and the first dies (its connection blackholed): time until the survivor owns all.
     pub(super) async fn scale_hosted(&self, sessions: usize) -> Result<(), Failure> {
-        let endpoint = self.endpoints[0].clone();
-        let txns = || async {
-            leasehold::etcd_metric(
-                &endpoint,
-                "grpc_server_started_total",
-                &["grpc_method=\"Txn\"", "grpc_type=\"unary\""],
-            )
-            .await
-            .map_err(Failure::runtime)
-            .map(|count| count.unwrap_or(0.0))
-        };
+        let txns = || self.etcd_txns();
         let ids: Vec<Uuid> = (0..sessions).map(|_| Uuid::new_v4()).collect();
         let proxy = FaultProxy::start(&self.endpoints[0])
             .await

@@ -149,6 +149,18 @@ impl Bench {
         eprintln!("bench: {what}");
     }
 
+    /// How many transactions the first endpoint's member has started: etcd's own count.
+    async fn etcd_txns(&self) -> Result<f64, Failure> {
+        leasehold::etcd_metric(
+            &self.endpoints[0],
+            "grpc_server_started_total",
+            &["grpc_method=\"Txn\"", "grpc_type=\"unary\""],
+        )
+        .await
+        .map_err(Failure::runtime)
+        .map(|count| count.unwrap_or(0.0))
+    }
+
     async fn store(&self, node: &str, ttl: u64) -> Result<Store, Failure> {
         self.store_on(self.endpoints.clone(), node, ttl).await
     }

@@ -79,17 +79,7 @@ impl Bench {
         };
 
         // etcd's count of transactions it started, to tell how many appends each carried.
-        let endpoint = self.endpoints[0].clone();
-        let txns = || async {
-            leasehold::etcd_metric(
-                &endpoint,
-                "grpc_server_started_total",
-                &["grpc_method=\"Txn\"", "grpc_type=\"unary\""],
-            )
-            .await
-            .map_err(Failure::runtime)
-            .map(|count| count.unwrap_or(0.0))
-        };
+        let txns = || self.etcd_txns();
         let (mut sequential, mut concurrent) = (Rounds::default(), Rounds::default());
         let mut per_txn = Rounds::default();
         let mut calls = 0usize;
