@@ -303,7 +303,7 @@ async fn acquire_one(
             tracing::info!(stream, %session, error = %crate::etcd::chain(&error), "the fence failed");
             let _ = lease.release().await;
             let refusal = match &error {
-                crate::OpenJournalError::Etcd(error) => Refusal::etcd(error),
+                crate::journal::OpenJournalError::Etcd(error) => Refusal::etcd(error),
                 _ => Refusal::of_open(session, lease.epoch(), &error),
             };
             return (session, Acquisition::Failed(refusal));

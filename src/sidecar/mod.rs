@@ -366,12 +366,13 @@ impl Sidecar {
                 last_seq: appended.last_seq,
                 revision: appended.revision,
             }),
-            (Err(crate::JournalWriteError::OutcomeUnknown(_)), Some((first_seq, last_seq))) => {
-                Outcome::Unknown {
-                    first_seq,
-                    last_seq,
-                }
-            }
+            (
+                Err(crate::journal::JournalWriteError::OutcomeUnknown(_)),
+                Some((first_seq, last_seq)),
+            ) => Outcome::Unknown {
+                first_seq,
+                last_seq,
+            },
             (Err(error), _) => Outcome::Refused(Refusal::of_append(session, epoch, &error)),
         }
     }

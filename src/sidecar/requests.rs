@@ -196,7 +196,7 @@ mod tests {
         let Begun::First(sender) = requests.begin("b", 1) else {
             panic!()
         };
-        let fenced = Refusal::fenced(uuid::Uuid::nil(), crate::Epoch(3), None);
+        let fenced = Refusal::fenced(uuid::Uuid::nil(), crate::lease::Epoch(3), None);
         requests.finish(&sender, Outcome::Refused(fenced.clone()));
         let Begun::Retry(outcome) = requests.begin("b", 1) else {
             panic!()

@@ -10,7 +10,7 @@ use crate::keys::InvalidNamespaceError;
 use crate::lease::{Epoch, LossReason, MarginError};
 
 /// The session is owned by someone else. Transient: it may be released later (see
-/// [`Store::acquire_lease_wait`](crate::Store::acquire_lease_wait)).
+/// [`Store::acquire_lease_wait`](crate::store::Store::acquire_lease_wait)).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("session {session_id} is held at epoch {holder_epoch}")]
 pub struct LeaseHeldError {
@@ -20,8 +20,8 @@ pub struct LeaseHeldError {
     pub holder_epoch: Epoch,
 }
 
-/// [`Store::acquire_lease`](crate::Store::acquire_lease) or
-/// [`acquire_lease_wait`](crate::Store::acquire_lease_wait) failed.
+/// [`Store::acquire_lease`](crate::store::Store::acquire_lease) or
+/// [`acquire_lease_wait`](crate::store::Store::acquire_lease_wait) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireError {
@@ -74,7 +74,7 @@ impl AcquireError {
     }
 }
 
-/// [`Store::connect`](crate::Store::connect) failed.
+/// [`Store::connect`](crate::store::Store::connect) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {

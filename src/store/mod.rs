@@ -38,8 +38,8 @@
 //! while no opening is answered, another goes to the next endpoint every 250 ms (a member can
 //! hold a renewal for seconds after etcd's leader crashed, while another would answer it).
 //! When the deadline passes with no renewal, or etcd says the lease is gone, every lease of the
-//! node is lost ([`Expired`](crate::LossReason::Expired),
-//! [`KeepaliveFailed`](crate::LossReason::KeepaliveFailed)), that lease ID is never renewed
+//! node is lost ([`Expired`](crate::lease::LossReason::Expired),
+//! [`KeepaliveFailed`](crate::lease::LossReason::KeepaliveFailed)), that lease ID is never renewed
 //! again (it is revoked, best effort) and a fresh node lease is granted for later acquisitions.
 //!
 //! # Watch
@@ -57,7 +57,7 @@
 //! When etcd denies the store's user the owner keys (permission denied: its roles do not cover
 //! `{ns}/`), nothing the store holds can be watched, and retrying cannot help. The watch does
 //! not restart: it logs the refusal once, at error level, with the namespace. Every lease of
-//! the store is then lost ([`PermissionDenied`](crate::LossReason::PermissionDenied)), its
+//! the store is then lost ([`PermissionDenied`](crate::lease::LossReason::PermissionDenied)), its
 //! node lease is no longer renewed (it is revoked, best effort, or expires by itself: owner
 //! keys must not outlive the handles that were told they are lost), no fresh one is granted,
 //! and every later [`Store::acquire_lease`] and [`Store::acquire_lease_wait`] fails at once
@@ -316,9 +316,9 @@ impl Store {
 
     /// Whether etcd refuses this store's writes for space, and when that changes: `true` from
     /// an append or acquisition etcd refused because its NOSPACE alarm is raised
-    /// ([`EtcdError::is_no_space`](crate::EtcdError::is_no_space)) until the next one it
+    /// ([`EtcdError::is_no_space`](crate::etcd::EtcdError::is_no_space)) until the next one it
     /// accepts. Under the alarm etcd refuses every write that puts a key, for every tenant;
-    /// trims and deletes of journals still pass (see [`Journal::trim`](crate::Journal::trim)).
+    /// trims and deletes of journals still pass (see [`Journal::trim`](crate::journal::Journal::trim)).
     /// Also the metrics `leasehold_nospace` and `leasehold_nospace_alarms_total`.
     pub fn nospace_alarm(&self) -> tokio::sync::watch::Receiver<bool> {
         self.shared.metrics.nospace()

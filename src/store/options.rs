@@ -56,8 +56,8 @@ pub struct StoreOptions {
     /// many sessions the store hosts; see [`ConnectOptions::max_in_flight`]. Default
     /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`].
     ///
-    /// [`ConnectOptions::max_in_flight`]: crate::ConnectOptions::max_in_flight
-    /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`]: crate::ConnectOptions::DEFAULT_MAX_IN_FLIGHT
+    /// [`ConnectOptions::max_in_flight`]: crate::etcd::ConnectOptions::max_in_flight
+    /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`]: crate::etcd::ConnectOptions::DEFAULT_MAX_IN_FLIGHT
     pub max_in_flight: usize,
     /// A deliberately broken append, for tests of checkers; see
     /// [`with_mutant`](Self::with_mutant).
@@ -82,7 +82,7 @@ impl StoreOptions {
             replay: ReplayOptions::default(),
             tls: None,
             credentials: None,
-            max_in_flight: crate::ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight: crate::etcd::ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
             #[cfg(feature = "testing")]
             mutant: Mutant::None,
         }

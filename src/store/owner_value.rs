@@ -4,7 +4,7 @@
 //! leasehold-owner/1 {store id} {nonce} {node name}
 //! ```
 //!
-//! The store id names the [`Store`](crate::Store) instance (a fresh UUID per process), so a
+//! The store id names the [`Store`](crate::store::Store) instance (a fresh UUID per process), so a
 //! store recognizes its own keys even when two processes share a node name. The nonce names the
 //! acquisition attempt: an acquisition whose outcome is unknown is resolved by reading it
 //! back. It is a version 7 UUID, so it also tells when the acquisition was made (by the

@@ -4,7 +4,7 @@
 //! store's user the owner keys (permission denied: its roles do not cover the namespace).
 //! That is permanent: the watch logs it once, at error level, records it as the store's
 //! [refusal](super::Refusal) and stops. The keepalive then loses every lease of the store
-//! ([`LossReason::PermissionDenied`](crate::LossReason::PermissionDenied)) and lets the node
+//! ([`LossReason::PermissionDenied`](crate::lease::LossReason::PermissionDenied)) and lets the node
 //! lease go, and every acquisition fails with that permission error.
 
 use std::collections::HashMap;

@@ -293,7 +293,7 @@ impl EtcdCluster {
     /// Waits until member `i` serves linearizable reads (it has a leader and caught up).
     pub async fn wait_ready(&self, i: usize) -> Result<(), HarnessError> {
         wait_serving(
-            crate::ConnectOptions::new([self.members[i].endpoint.as_str()]),
+            crate::etcd::ConnectOptions::new([self.members[i].endpoint.as_str()]),
             START_TIMEOUT,
         )
         .await
@@ -356,14 +356,14 @@ impl EtcdCluster {
 }
 
 /// One member's own view, read from it directly (serializable: works without a leader).
-async fn member_status(endpoint: &str) -> Result<crate::MemberStatus, etcd_client::Error> {
+async fn member_status(endpoint: &str) -> Result<crate::etcd::MemberStatus, etcd_client::Error> {
     let mut client = etcd_client::Client::connect(
         [endpoint],
         Some(etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1))),
     )
     .await?;
     let status = client.status().await?;
-    Ok(crate::MemberStatus::from_response(
+    Ok(crate::etcd::MemberStatus::from_response(
         endpoint.to_owned(),
         &status,
     ))

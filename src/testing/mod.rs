@@ -2,7 +2,7 @@
 //! the tests of applications built on it.
 //!
 //! - [`EtcdNode`]: one etcd member in a container; gives its client endpoint, and a connected
-//!   [`Store`](crate::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
+//!   [`Store`](crate::store::Store) for a test ([`EtcdNode::store`]). [`EtcdNode::builder`] takes
 //!   another image and extra etcd flags (`--max-txn-ops=16`, `--quota-backend-bytes=…`), TLS
 //!   ([`EtcdNodeBuilder::tls`] with [`TestCertificates`], generated with rcgen: `https://`
 //!   only, client certificates required) and authentication ([`EtcdNodeBuilder::auth`]: a root
@@ -153,7 +153,7 @@ pub enum HarnessError {
         /// The steps tried, in order, with why each gave nothing.
         tried: Vec<ImageAttempt>,
     },
-    /// A [`Store`](crate::Store) could not connect to the harness's etcd; the cause says
+    /// A [`Store`](crate::store::Store) could not connect to the harness's etcd; the cause says
     /// whether retrying helps.
     #[error("connect a store to etcd at {endpoint}")]
     Store {
@@ -161,7 +161,7 @@ pub enum HarnessError {
         endpoint: String,
         /// The cause.
         #[source]
-        source: crate::StoreError,
+        source: crate::store::StoreError,
     },
     /// A local I/O failure (ports, temporary files, the proxy's listener).
     #[error("{operation} failed")]
@@ -330,16 +330,18 @@ pub(crate) fn free_port() -> Result<u16, HarnessError> {
 /// Waits until the member that `options` connect to serves a linearizable read (with their
 /// TLS options and credentials, if any).
 pub(crate) async fn wait_serving(
-    options: crate::ConnectOptions,
+    options: crate::etcd::ConnectOptions,
     timeout: Duration,
 ) -> Result<(), HarnessError> {
     let endpoint = options.endpoints.join(",");
-    let options = options.with_retry(crate::RetryPolicy {
+    let options = options.with_retry(crate::etcd::RetryPolicy {
         deadline: Duration::from_millis(500),
-        ..crate::RetryPolicy::default()
+        ..crate::etcd::RetryPolicy::default()
     });
     wait_for(&format!("etcd at {endpoint} to serve"), timeout, || async {
-        let connection = crate::Connection::connect(options.clone()).await.ok()?;
+        let connection = crate::etcd::Connection::connect(options.clone())
+            .await
+            .ok()?;
         connection
             .get("leasehold-harness-probe")
             .await

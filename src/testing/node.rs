@@ -8,8 +8,9 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::image::ETCD_PATH;
 use super::{EtcdImage, HarnessError, ImageSource, LABEL, TestCertificates, docker, wait_serving};
+use crate::etcd::{ConnectOptions, Credentials, TlsOptions};
 use crate::keys::Namespace;
-use crate::{ConnectOptions, Credentials, Store, StoreOptions, TlsOptions};
+use crate::store::{Store, StoreOptions};
 
 /// The user the harness enables authentication with ([`EtcdNodeBuilder::auth`]).
 pub const ROOT_USER: &str = "root";

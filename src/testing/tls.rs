@@ -8,7 +8,7 @@ use rcgen::{
 };
 
 use super::HarnessError;
-use crate::TlsOptions;
+use crate::etcd::TlsOptions;
 
 /// The names a member's certificate is issued for: the endpoints the harness gives out use
 /// `localhost` or a loopback address.
