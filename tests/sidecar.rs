@@ -606,14 +606,10 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     assert_eq!((settled.first_seq, settled.last_seq), (3, 3));
     let seen = events(&replay(client, &session, false).await);
     assert_eq!(seen, [(2, "before".to_owned()), (3, "once".to_owned())]);
-    let retries = |answer| {
-        sample(
-            &etcd,
-            "leasehold_sidecar_retries_total",
-            &[("answer", answer)],
-        )
-    };
-    assert_eq!((retries("settled"), retries("remembered")), (1.0, 0.0));
+    assert_eq!(
+        (retries(&etcd, "settled"), retries(&etcd, "remembered")),
+        (1.0, 0.0)
+    );
     drop(attached);
     served.shutdown().await;
 }
@@ -952,6 +948,15 @@ fn sample(etcd: &common::Etcd, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sidecar's retries answered as `answer` says, for `etcd`'s namespace.
+fn retries(etcd: &common::Etcd, answer: &str) -> f64 {
+    sample(
+        etcd,
+        "leasehold_sidecar_retries_total",
+        &[("answer", answer)],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_metrics_count_streams_sessions_calls_and_retries() {
     recorder();
@@ -1001,14 +1006,10 @@ async fn the_metrics_count_streams_sessions_calls_and_retries() {
     assert_eq!(calls("append", "FAILED_PRECONDITION"), 1.0);
     assert_eq!(calls("validate", "OK"), 1.0);
     assert_eq!(calls("replay", "OK"), 1.0);
-    let retries = |answer| {
-        sample(
-            &etcd,
-            "leasehold_sidecar_retries_total",
-            &[("answer", answer)],
-        )
-    };
-    assert_eq!((retries("remembered"), retries("settled")), (1.0, 0.0));
+    assert_eq!(
+        (retries(&etcd, "remembered"), retries(&etcd, "settled")),
+        (1.0, 0.0)
+    );
 
     // --- phase: a release, then the stream's end
     attached.release(&two).await;

@@ -436,32 +436,9 @@ impl Leasehold for Sidecar {
         &self,
         request: Request<tonic::Streaming<AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        if self.inner.stop.is_cancelled() {
-            let refused = Status::unavailable("the sidecar is shutting down");
-            self.inner
-                .store
-                .metrics()
-                .sidecar_call("attach", refusal::code_label(refused.code()));
-            return Err(refused);
-        }
-        self.inner
-            .store
-            .metrics()
-            .sidecar_call("attach", refusal::code_label(tonic::Code::Ok));
-        let peer = request.remote_addr();
-        let requests = request.into_inner();
-        let (sender, receiver) = mpsc::channel(64);
-        let stream = {
-            let mut sessions = self.inner.lock();
-            sessions.next_stream += 1;
-            sessions.next_stream
-        };
-        self.inner
-            .streams
-            .spawn(attach::run(self.clone(), stream, peer, requests, sender));
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(receiver),
-        )))
+        let answered = self.attach_call(request);
+        self.record("attach", &answered);
+        answered
     }
 
     async fn append(
@@ -500,6 +477,29 @@ impl Sidecar {
             .map_or_else(Status::code, |_| tonic::Code::Ok);
         let metrics = self.inner.store.metrics();
         metrics.sidecar_call(rpc, refusal::code_label(code));
+    }
+
+    fn attach_call(
+        &self,
+        request: Request<tonic::Streaming<AttachRequest>>,
+    ) -> Result<Response<<Self as Leasehold>::AttachStream>, Status> {
+        if self.inner.stop.is_cancelled() {
+            return Err(Status::unavailable("the sidecar is shutting down"));
+        }
+        let peer = request.remote_addr();
+        let requests = request.into_inner();
+        let (sender, receiver) = mpsc::channel(64);
+        let stream = {
+            let mut sessions = self.inner.lock();
+            sessions.next_stream += 1;
+            sessions.next_stream
+        };
+        self.inner
+            .streams
+            .spawn(attach::run(self.clone(), stream, peer, requests, sender));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
     }
 
     async fn append_call(
@@ -572,7 +572,7 @@ impl Sidecar {
                 Refusal::outcome_unknown(session, epoch, "the sidecar is shutting down").status(),
             );
         };
-        match outcome {
+        let (outcome, how) = match outcome {
             Outcome::Unknown {
                 first_seq,
                 last_seq,
@@ -581,19 +581,14 @@ impl Sidecar {
                 if fin {
                     requests.settled(id, settled.clone());
                 }
-                if retry {
-                    let metrics = self.inner.store.metrics();
-                    metrics.sidecar_retry(if fin { "settled" } else { "unknown" });
-                }
-                answer(settled)
+                (settled, if fin { "settled" } else { "unknown" })
             }
-            outcome => {
-                if retry {
-                    self.inner.store.metrics().sidecar_retry("remembered");
-                }
-                answer(outcome)
-            }
+            outcome => (outcome, "remembered"),
+        };
+        if retry {
+            self.inner.store.metrics().sidecar_retry(how);
         }
+        answer(outcome)
     }
 
     fn replay_call(
