@@ -71,7 +71,7 @@ groups=(
   "acquire|src/store/acquire|lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive journal_nospace security_auth"
   "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
   "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"
-  "write|src/etcd/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover"
+  "write|src/etcd/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover security_auth"
   "validity|src/lease/validity|lease_keepalive lease_partition_expiry lease_no_zombies"
   "registry|src/store/registry|lease_watch_loss lease_acquire_unknown lease_epochs lease_standby lease_watch_resume"
   "watch|src/store/owner_watch|lease_watch_resume lease_watch_loss lease_standby lease_acquire_unknown"

@@ -3,8 +3,9 @@
 //! store whose role stops covering its namespace loses every lease with a permission reason,
 //! lets its owner keys go and acquires nothing more; a node outside its role says so once, at
 //! error level, and its owner watch does not restart; a wrong password is refused with a
-//! typed error; a token that expires every 2 s never costs a lease; and no password or key
-//! reaches the command's output, even with debug logging.
+//! typed error; a token that expires every 2 s never costs a lease; no password or key
+//! reaches the command's output, even with debug logging; and a read that would settle an
+//! append's outcome, refused for permission, is not sent again.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -519,5 +520,81 @@ async fn reopened_streams_reuse_their_token_instead_of_authenticating_each_time(
         .await
         .expect("the re-opened watch tells at once");
     assert_eq!(reason, LossReason::Revoked);
+    store.close().await;
+}
+
+/// How many `Txn` requests etcd has refused for permission.
+async fn denied_txns(etcd: &EtcdNode) -> f64 {
+    leasehold::testing::etcd_metric(
+        etcd.endpoint(),
+        "grpc_server_handled_total",
+        &["grpc_method=\"Txn\"", "grpc_code=\"PermissionDenied\""],
+    )
+    .await
+    .unwrap()
+    .unwrap_or(0.0)
+}
+
+/// An append commits and its reply is lost; before the writer hears back, its role stops
+/// covering the journal (it keeps the owner keys, so the lease stays). The next re-send is
+/// refused for permission, and so is the read that would settle the outcome: the append is
+/// reported unknown, never fenced, and the refused read is not tried again, since it would
+/// be refused the same way (one refused re-send, one refused read).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resolving_read_refused_for_permission_is_not_tried_again() {
+    let etcd = auth_etcd(&[]).await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.endpoint())
+        .await
+        .unwrap();
+    let options = alice(&etcd, "A", PASSWORD)
+        .with_endpoints([proxy.endpoint()])
+        .with_ttl(Duration::from_secs(30), Duration::from_secs(1));
+    let store = Store::connect(options).await.expect("alice connects");
+    let session = Uuid::new_v4();
+    let lease = store.acquire_lease(session).await.unwrap();
+    let journal = std::sync::Arc::new(store.open_journal(session, Some(&lease)).await.unwrap());
+    let namespace = Namespace::new("A").unwrap();
+    let mut root = etcd.raw_client().await.unwrap();
+
+    // --- phase: x commits; its reply is lost; then nothing reaches etcd
+    proxy.drop_replies();
+    let pending = tokio::spawn({
+        let journal = journal.clone();
+        async move { journal.append("x").await }
+    });
+    let record = namespace.record_key(session, 2);
+    leasehold::testing::wait_for("x to commit", Duration::from_secs(5), || {
+        let mut root = root.clone();
+        let record = record.clone();
+        async move { (root.get(record, None).await.unwrap().count() == 1).then_some(()) }
+    })
+    .await
+    .unwrap();
+    proxy.blackhole();
+
+    // --- phase: the role keeps the owner keys but loses the journals
+    let prefix = Some(etcd_client::RoleRevokePermissionOptions::new().with_prefix());
+    root.role_revoke_permission("alice", "A/", prefix)
+        .await
+        .unwrap();
+    let owners = etcd_client::Permission::read_write(namespace.owners_prefix()).with_prefix();
+    root.role_grant_permission("alice", owners).await.unwrap();
+    let before = denied_txns(&etcd).await;
+
+    // --- phase: the writer hears back
+    proxy.cut();
+    proxy.heal();
+    let error = timeout(Duration::from_secs(20), pending)
+        .await
+        .expect("the append ends")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, leasehold::JournalWriteError::OutcomeUnknown(_)),
+        "unknown, never fenced: {error:?}"
+    );
+    let denied = denied_txns(&etcd).await - before;
+    assert_eq!(denied, 2.0, "one refused re-send and one refused read");
+    assert!(lease.is_valid(), "the owner key is still ours");
     store.close().await;
 }

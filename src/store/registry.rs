@@ -5,6 +5,7 @@
 //! for a session whose acquisition is under way are kept until the acquisition ends, so an
 //! event that arrives before the acquiring call has registered its lease still applies to it.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -118,10 +119,19 @@ impl Registry {
                     lease.lose(reason);
                 }
             }
-            // A newer epoch for the same session proves the older owner key is gone, even if
-            // the watch has not said so yet.
-            if let Some(older) = entry.held.take_if(|older| older.epoch < lease.epoch) {
-                older.lose(LossReason::Revoked);
+            // Two epochs of one session: the newer proves the older owner key is gone, even if
+            // the watch has not said so yet. The older may be the one ending now, when two
+            // acquisitions of the session overlapped and the later one was registered first.
+            match entry.held.as_ref().map(|held| held.epoch.cmp(&lease.epoch)) {
+                Some(Ordering::Less) => {
+                    if let Some(older) = entry.held.take() {
+                        older.lose(LossReason::Revoked);
+                    }
+                }
+                Some(Ordering::Greater) => {
+                    lease.lose(LossReason::Overtaken);
+                }
+                Some(Ordering::Equal) | None => {}
             }
             if lease.loss_reason().is_none() {
                 entry.held = Some(lease.clone());
@@ -129,14 +139,15 @@ impl Registry {
         }
         let mut orphans = Vec::new();
         if entry.acquiring == 0 {
-            let adopted = lease
-                .map(|lease| lease.nonce)
-                .or(entry.held.as_ref().map(|held| held.nonce));
+            let adopted = |nonce: Uuid| {
+                lease.is_some_and(|lease| lease.nonce == nonce)
+                    || entry.held.as_ref().is_some_and(|held| held.nonce == nonce)
+            };
             for event in entry.seen.drain(..) {
                 if let OwnerEvent::Put {
                     ours: Some(nonce), ..
                 } = event
-                    && Some(nonce) != adopted
+                    && !adopted(nonce)
                     && Some(nonce) != entry.releasing
                     && !orphans.iter().any(|o: &Orphan| o.nonce == nonce)
                 {
@@ -392,6 +403,48 @@ mod tests {
         assert_eq!(older.loss_reason(), Some(LossReason::Revoked));
         assert_eq!(newer.loss_reason(), None);
         assert_eq!(registry.held(), 1);
+    }
+
+    /// Two acquisitions of one session overlap: the older key (5) is deleted, the later
+    /// acquisition creates 9 and is registered first. The older one, ending last, is
+    /// overtaken and the newer stays held, whether or not the watch has seen the newer key's
+    /// creation meanwhile; and that key, if seen, is not taken for an orphan.
+    #[tokio::test(start_paused = true)]
+    async fn an_older_acquisition_ending_after_a_newer_one_is_overtaken() {
+        for seen in [false, true] {
+            let session = Uuid::new_v4();
+            let mut registry = Registry::default();
+            let (older, newer) = (
+                lease(session, 5, Uuid::new_v4()),
+                lease(session, 9, Uuid::new_v4()),
+            );
+            registry.begin_acquire(session);
+            registry.begin_acquire(session);
+            if seen {
+                let creation = OwnerEvent::Put {
+                    revision: 9,
+                    create_revision: 9,
+                    ours: Some(newer.nonce),
+                };
+                assert_eq!(registry.observe(session, creation), None);
+            }
+            assert_eq!(registry.end_acquire(session, Some(&newer)), vec![]);
+            assert_eq!(
+                registry.end_acquire(session, Some(&older)),
+                vec![],
+                "seen {seen}"
+            );
+            assert_eq!(older.loss_reason(), Some(LossReason::Overtaken));
+            assert_eq!(newer.loss_reason(), None, "seen {seen}");
+            assert_eq!(registry.held(), 1);
+            // The watch's later events still reach the newer lease.
+            registry.observe(session, OwnerEvent::Deleted { revision: 12 });
+            assert_eq!(
+                newer.loss_reason(),
+                Some(LossReason::Revoked),
+                "seen {seen}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
