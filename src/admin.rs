@@ -5,7 +5,10 @@
 //! its writes are guarded like every other write leasehold makes.
 //!
 //! - [`owners`](Admin::owners): every owned session, with its holder, epoch, when it was
-//!   acquired, the holder's node lease TTL left and the journal's tip, read at one revision.
+//!   acquired, the holder's advertised address, its node lease TTL left and the journal's
+//!   tip, read at one revision.
+//! - [`hosts`](Admin::hosts): every live session host, with its advertised address and how
+//!   many sessions it holds.
 //! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
 //!   journal's base and tip, its records at one snapshot, and new records as they commit.
 //! - [`revoke`](Admin::revoke): deletes an owner key, guarded by its epoch; the holder's
@@ -20,7 +23,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
@@ -39,7 +42,7 @@ use crate::journal::{
 };
 use crate::keys::{Namespace, prefix_end};
 use crate::lease::Epoch;
-use crate::store::OwnerValue;
+use crate::store::{HostValue, OwnerValue};
 
 /// What a namespace holds right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +78,12 @@ pub struct Owner {
     pub node: Option<String>,
     /// The holder's store instance (one per process).
     pub store: Option<Uuid>,
+    /// The address the holder advertises (see
+    /// [`StoreOptions::with_advertise`](crate::StoreOptions::with_advertise)); `None` if it
+    /// advertises none.
+    pub advertise: Option<String>,
+    /// The holder's metadata (empty if none).
+    pub metadata: Vec<u8>,
     /// When the holder acquired the session, by the holder's clock (read from the
     /// acquisition's nonce; `None` for owner keys that do not carry it).
     pub acquired_at: Option<SystemTime>,
@@ -84,6 +93,31 @@ pub struct Owner {
     pub ttl_left: Option<Duration>,
     /// The journal's tip, if the session has a journal.
     pub tip: Option<Tip>,
+}
+
+/// A live session host, as its host key (`{ns}/hosts/{store}`, attached to its node lease)
+/// shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Host {
+    /// The host's store instance (one per process): the owner values of the sessions it
+    /// holds name it.
+    pub store: Uuid,
+    /// The host's node name.
+    pub node: String,
+    /// The address the host advertises; `None` if it advertises none.
+    pub advertise: Option<String>,
+    /// The host's metadata (empty if none).
+    pub metadata: Vec<u8>,
+    /// The most sessions it may hold (`HostOptions::max_sessions`), if capped.
+    pub max_sessions: Option<usize>,
+    /// How many sessions its store holds, at the same revision.
+    pub sessions: usize,
+    /// When the host started, by its own clock (`None` for hosts of releases that did not
+    /// write it).
+    pub started_at: Option<SystemTime>,
+    /// The etcd lease its key is attached to (its store's node lease).
+    pub lease_id: i64,
 }
 
 /// A journal's bounds and owner, read at one revision.
@@ -217,10 +251,12 @@ impl Admin {
             epoch: Epoch::from_revision(kv.create_revision()),
             node: value.as_ref().map(|v| v.node.clone()),
             store: value.as_ref().map(|v| v.store),
-            acquired_at: value.as_ref().and_then(|v| {
-                let (secs, nanos) = v.nonce.get_timestamp()?.to_unix();
-                UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
-            }),
+            advertise: value.as_ref().and_then(|v| v.advertise.clone()),
+            metadata: value
+                .as_ref()
+                .map(|v| v.metadata.clone())
+                .unwrap_or_default(),
+            acquired_at: value.as_ref().and_then(OwnerValue::acquired_at),
             lease_id: kv.lease(),
             ttl_left: None,
             tip: None,
@@ -269,6 +305,51 @@ impl Admin {
             owner.ttl_left = ttls.get(&owner.lease_id).copied().flatten();
         }
         Ok(owners)
+    }
+
+    /// Every live session host, by store id, and how many sessions each holds: the host keys
+    /// and the owner keys read at one revision. A host's key goes with its node lease, so a
+    /// host that died is listed until etcd expires that lease.
+    pub async fn hosts(&self) -> Result<Vec<Host>, EtcdError> {
+        let (kvs, revision) = self
+            .connection
+            .range_at_one_revision("list hosts", &self.namespace.hosts_prefix())
+            .await?;
+        let (owners, _) = self
+            .connection
+            .range_at("list owners", &self.namespace.owners_prefix(), revision)
+            .await?;
+        let mut held: HashMap<Uuid, usize> = HashMap::new();
+        for owner in owners
+            .iter()
+            .filter_map(|kv| OwnerValue::decode(kv.value()))
+        {
+            *held.entry(owner.store).or_default() += 1;
+        }
+        let prefix = self.namespace.hosts_prefix();
+        let mut hosts: Vec<Host> = kvs
+            .iter()
+            .filter_map(|kv| {
+                let store: Uuid = std::str::from_utf8(kv.key())
+                    .ok()?
+                    .strip_prefix(&prefix)?
+                    .parse()
+                    .ok()?;
+                let value = HostValue::decode(kv.value());
+                Some(Host {
+                    store,
+                    sessions: held.get(&store).copied().unwrap_or(0),
+                    started_at: value.started_at(),
+                    node: value.node,
+                    advertise: value.advertise,
+                    metadata: value.metadata,
+                    max_sessions: value.max,
+                    lease_id: kv.lease(),
+                })
+            })
+            .collect();
+        hosts.sort_by_key(|host| host.store);
+        Ok(hosts)
     }
 
     /// `session`'s owner, if any (with its TTL left and tip).

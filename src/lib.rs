@@ -134,7 +134,7 @@ pub use lease::{
     Epoch, Lease, LeaseLostError, LossReason, Lost, MarginError, Ownership, ReleaseError,
 };
 pub use rig::{GcView, Rig};
-pub use store::{AcquireError, LeaseHeldError, Store, StoreError, StoreOptions};
+pub use store::{AcquireError, LeaseHeldError, OwnerValue, Store, StoreError, StoreOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use uuid::Uuid;
 

@@ -151,7 +151,11 @@ async fn a_session_that_cannot_open_is_retried_with_backoff_and_reported() {
         "the healthy sessions owned",
         Duration::from_secs(10),
         || async {
-            let held: Vec<Uuid> = hosts.iter().flat_map(SessionHost::held).collect();
+            let held: Vec<Uuid> = hosts
+                .iter()
+                .flat_map(SessionHost::held)
+                .map(|(session, _)| session)
+                .collect();
             (held.len() == 2 && !held.contains(&broken)).then_some(())
         },
     )

@@ -1,4 +1,4 @@
-//! The operator's commands: `owners`, `journal show|trim|delete`, `revoke`, `check`.
+//! The operator's commands: `owners`, `hosts`, `journal show|trim|delete`, `revoke`, `check`.
 //!
 //! Each is a thin command over [`leasehold::admin::Admin`]: it needs a connection to etcd,
 //! never a node lease. Human output is aligned tables with relative times; `--json` prints one
@@ -8,9 +8,13 @@
 //! # JSON schemas
 //!
 //! - `owners --json`: one object, `{"owners": [owner…]}`, each owner
-//!   `{"session", "node", "store", "epoch", "acquired_at", "lease_id", "ttl_left_secs",
-//!   "tip"}` where `node`, `store`, `acquired_at` (RFC 3339, the holder's clock),
-//!   `ttl_left_secs` and `tip` (`{"seq", "epoch"}`) may be `null`.
+//!   `{"session", "node", "store", "epoch", "acquired_at", "advertise", "lease_id",
+//!   "ttl_left_secs", "tip"}` where `node`, `store`, `acquired_at` (RFC 3339, the holder's
+//!   clock), `advertise`, `ttl_left_secs` and `tip` (`{"seq", "epoch"}`) may be `null`.
+//! - `hosts --json`: `{"hosts": [host…]}`, each host `{"store", "node", "advertise",
+//!   "metadata_hex", "max_sessions", "sessions", "started_at", "lease_id"}` where
+//!   `advertise`, `max_sessions` and `started_at` (RFC 3339, the host's clock) may be `null`
+//!   and `metadata_hex` is `""` without metadata.
 //! - `journal show --json`: JSON Lines, one object per record: `{"seq", "epoch", "kind"}`
 //!   with `kind` `"event"` or `"fence"`; an event adds `"payload"` (UTF-8 text) or, when the
 //!   payload is not UTF-8, `"payload_hex"`; a fence adds `"previous"` (`{"seq", "epoch"}` or
@@ -27,7 +31,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand};
 use futures_util::StreamExt as _;
-use leasehold::admin::{Admin, Owner, RevokeError};
+use leasehold::admin::{Admin, Host, Owner, RevokeError};
 use leasehold::journal::JournalCheck;
 use leasehold::{Record, ReplayError, ReplayOptions, RetentionError, Tip, Uuid};
 use serde::Serialize;
@@ -37,6 +41,13 @@ use super::{Common, Failure};
 
 #[derive(Args)]
 pub(crate) struct OwnersArgs {
+    /// Print JSON (see the schema in `leasehold --help`).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct HostsArgs {
     /// Print JSON (see the schema in `leasehold --help`).
     #[arg(long)]
     json: bool,
@@ -211,6 +222,7 @@ struct OwnerJson {
     store: Option<Uuid>,
     epoch: u64,
     acquired_at: Option<String>,
+    advertise: Option<String>,
     lease_id: i64,
     ttl_left_secs: Option<u64>,
     tip: Value,
@@ -226,6 +238,7 @@ impl From<&Owner> for OwnerJson {
             acquired_at: owner
                 .acquired_at
                 .map(|at| humantime::format_rfc3339_millis(at).to_string()),
+            advertise: owner.advertise.clone(),
             lease_id: owner.lease_id,
             ttl_left_secs: owner.ttl_left.map(|ttl| ttl.as_secs()),
             tip: tip_json(owner.tip),
@@ -264,6 +277,69 @@ pub(crate) async fn owners(common: &Common, args: &OwnersArgs) -> Result<(), Fai
             owner
                 .tip
                 .map_or_else(|| "-".to_owned(), |tip| tip.seq.to_string()),
+        ]);
+    }
+    table.print();
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct HostJson {
+    store: Uuid,
+    node: String,
+    advertise: Option<String>,
+    metadata_hex: String,
+    max_sessions: Option<usize>,
+    sessions: usize,
+    started_at: Option<String>,
+    lease_id: i64,
+}
+
+impl From<&Host> for HostJson {
+    fn from(host: &Host) -> Self {
+        Self {
+            store: host.store,
+            node: host.node.clone(),
+            advertise: host.advertise.clone(),
+            metadata_hex: host.metadata.iter().map(|b| format!("{b:02x}")).collect(),
+            max_sessions: host.max_sessions,
+            sessions: host.sessions,
+            started_at: host
+                .started_at
+                .map(|at| humantime::format_rfc3339_millis(at).to_string()),
+            lease_id: host.lease_id,
+        }
+    }
+}
+
+pub(crate) async fn hosts(common: &Common, args: &HostsArgs) -> Result<(), Failure> {
+    let admin = admin(common).await?;
+    let hosts = admin
+        .hosts()
+        .await
+        .map_err(|error| Failure::etcd(error.class(), error))?;
+    if args.json {
+        let hosts: Vec<HostJson> = hosts.iter().map(HostJson::from).collect();
+        println!("{}", json!({ "hosts": hosts }));
+        return Ok(());
+    }
+    if hosts.is_empty() {
+        println!("no live session hosts in namespace {}", admin.namespace());
+        return Ok(());
+    }
+    let mut table = Table::new(
+        &["NODE", "ADVERTISE", "SESSIONS", "MAX", "SINCE", "STORE"],
+        &[false, false, true, true, false, false],
+    );
+    for host in &hosts {
+        table.row(vec![
+            host.node.clone(),
+            host.advertise.clone().unwrap_or_else(|| "-".to_owned()),
+            host.sessions.to_string(),
+            host.max_sessions
+                .map_or_else(|| "-".to_owned(), |max| max.to_string()),
+            host.started_at.map_or_else(|| "-".to_owned(), ago),
+            host.store.to_string(),
         ]);
     }
     table.print();

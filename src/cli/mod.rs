@@ -38,7 +38,7 @@ level, e.g. debug or leasehold=debug (default: warn); LEASEHOLD_PASSWORD the --u
 password; LEASEHOLD_ETCD_BIN the etcd binary that demo and bench start when no --endpoints
 are given (else etcd on PATH, else ~/.cache/leasehold/etcd-3.5.16/usr/bin/etcd).
 
---json output: one documented schema per command (owners, journal show, journal trim,
+--json output: one documented schema per command (owners, hosts, journal show, journal trim,
 journal delete, revoke, check); see the crate documentation of the leasehold tool.";
 
 #[derive(Parser)]
@@ -77,6 +77,11 @@ pub(crate) struct Common {
     /// container, so name each one].
     #[arg(long, env = "LEASEHOLD_NODE", global = true)]
     node: Option<String>,
+    /// Where this node is reached, a URL such as `http://10.0.0.7:31501` (its own gRPC or HTTP
+    /// address): written into its owner keys and host key, shown by `owners` and `hosts`, so
+    /// that a request for a session can be sent to its owner (`node` and `serve`).
+    #[arg(long, env = "LEASEHOLD_ADVERTISE", value_name = "URL", global = true)]
+    advertise: Option<String>,
     /// The node lease's TTL in whole seconds (etcd's minimum is 2); `demo` and `bench` ignore
     /// it and use their own.
     #[arg(long, default_value_t = 10, global = true)]
@@ -195,6 +200,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip.
     Owners(admin::OwnersArgs),
+    /// The live session hosts: node, advertised address, sessions held, since when.
+    Hosts(admin::HostsArgs),
     /// Read, trim or delete a session's journal.
     #[command(subcommand)]
     Journal(admin::JournalCommand),
@@ -425,6 +432,7 @@ impl Common {
             .with_namespace(self.namespace.clone())
             .with_node(node)
             .with_ttl(Duration::from_secs(self.ttl), margin);
+        options.advertise = self.advertise.clone();
         options.retry = self.retry();
         options.max_in_flight = self.max_in_flight();
         (options.tls, options.credentials) = self.security()?;
@@ -468,6 +476,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Demo => demo::run(&cli.common).await,
         Command::Bench(args) => bench::run(&cli.common, args).await,
         Command::Owners(args) => admin::owners(&cli.common, args).await,
+        Command::Hosts(args) => admin::hosts(&cli.common, args).await,
         Command::Journal(command) => admin::journal(&cli.common, command).await,
         Command::Revoke(args) => admin::revoke(&cli.common, args).await,
         Command::Check(args) => admin::check(&cli.common, args).await,

@@ -458,10 +458,20 @@ impl Connection {
         operation: &'static str,
         prefix: &str,
     ) -> Result<(Vec<etcd_client::KeyValue>, i64), EtcdError> {
+        self.range_at(operation, prefix, 0).await
+    }
+
+    /// [`range_at_one_revision`](Self::range_at_one_revision) at `revision` (0: the latest).
+    pub(crate) async fn range_at(
+        &self,
+        operation: &'static str,
+        prefix: &str,
+        revision: i64,
+    ) -> Result<(Vec<etcd_client::KeyValue>, i64), EtcdError> {
         const PAGE: i64 = 1000;
         let range_end = prefix_end(prefix);
         let mut from = prefix.as_bytes().to_vec();
-        let mut revision = 0;
+        let mut revision = revision.max(0);
         let mut all = Vec::new();
         loop {
             let response = self

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use super::{Inner, lock};
 use crate::etcd::Delete;
 use crate::etcd::write::{self, WritePolicy, Written};
 use crate::keys::prefix_end;
 use crate::lease::NodeLease;
+use crate::store::HostValue;
 
 impl Inner {
     /// Writes this host's key, attached to the current node lease (returned, with whether a
@@ -72,7 +72,12 @@ impl Inner {
     fn shed_to(&self, cap: usize) {
         let owned = lock(&self.owned);
         let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
-        for shed in owned.values().filter(|t| !t.is_cancelled()).take(excess) {
+        for shed in owned
+            .values()
+            .map(|owned| &owned.shed)
+            .filter(|t| !t.is_cancelled())
+            .take(excess)
+        {
             shed.cancel();
         }
     }
@@ -223,49 +228,11 @@ pub(super) fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
     shares
 }
 
-/// What a host's key holds: its maximum, the host's nonce (which makes the value unique to
-/// the host, for the leave's guarded delete) and its node's name.
-pub(super) struct HostValue {
-    pub(super) max: Option<usize>,
-    pub(super) nonce: Uuid,
-    pub(super) node: String,
-}
-
-impl HostValue {
-    const PREFIX: &'static str = "leasehold-host/1";
-
-    /// `leasehold-host/1 {max or -} {nonce} {node}`. (Hosts that wrote no nonce read the
-    /// nonce as part of the node's name, which only names the host.)
-    pub(super) fn encode(&self) -> String {
-        let max = self
-            .max
-            .map_or_else(|| "-".to_owned(), |max| max.to_string());
-        format!("{} {max} {} {}", Self::PREFIX, self.nonce, self.node)
-    }
-
-    /// Anything unreadable counts as a host without a maximum.
-    pub(super) fn decode(value: &[u8]) -> Self {
-        let text = String::from_utf8_lossy(value);
-        let mut parts = text.splitn(4, ' ');
-        let known = parts.next() == Some(Self::PREFIX);
-        let max = parts
-            .next()
-            .filter(|_| known)
-            .and_then(|max| max.parse().ok());
-        let nonce = parts
-            .next()
-            .and_then(|nonce| nonce.parse().ok())
-            .unwrap_or_default();
-        let node = parts.next().unwrap_or_default().to_owned();
-        Self { max, nonce, node }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{HostValue, leave_bound, shares};
+    use super::{leave_bound, shares};
     use crate::etcd::WritePolicy;
 
     #[test]
@@ -332,25 +299,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn host_values_round_trip_and_garbage_has_no_maximum() {
-        for max in [None, Some(0), Some(12)] {
-            let nonce = uuid::Uuid::new_v4();
-            let value = HostValue {
-                max,
-                nonce,
-                node: "node a".into(),
-            }
-            .encode();
-            let decoded = HostValue::decode(value.as_bytes());
-            assert_eq!(
-                (decoded.max, decoded.nonce, decoded.node.as_str()),
-                (max, nonce, "node a")
-            );
-        }
-        assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
-        assert_eq!(HostValue::decode(b"").max, None);
     }
 }

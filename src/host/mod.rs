@@ -86,9 +86,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::lease::Epoch;
 use crate::rig::Rig;
+use crate::store::HostValue;
 use crate::store::Store;
-use balance::{HostValue, balance, leave_bound};
+use balance::{balance, leave_bound};
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
 use session::host_session;
@@ -117,8 +119,8 @@ struct Inner {
     work: Work,
     /// The wanted sessions, each with the token that stops its task.
     wanted: Mutex<HashMap<Uuid, CancellationToken>>,
-    /// The owned sessions, each with the token that sheds it.
-    owned: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// The owned sessions, each with its rig and the token that sheds it.
+    owned: Mutex<HashMap<Uuid, Owned>>,
     /// Sessions held, being acquired or being opened (a standby gives its slot back): what
     /// the cap bounds.
     slots: AtomicUsize,
@@ -144,6 +146,12 @@ struct Inner {
     tasks: TaskTracker,
 }
 
+/// An owned session: its rig, and the token that sheds it.
+struct Owned {
+    rig: Arc<Rig>,
+    shed: CancellationToken,
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -165,8 +173,10 @@ impl SessionHost {
         let host_key = store.namespace().host_key(store.shared().id);
         let host_value = HostValue {
             max: options.max_sessions,
-            nonce: Uuid::new_v4(),
+            nonce: Uuid::now_v7(),
             node: store.node().to_owned(),
+            advertise: store.advertise().map(str::to_owned),
+            metadata: store.shared().metadata.clone(),
         }
         .encode();
         let inner = Arc::new(Inner {
@@ -220,9 +230,21 @@ impl SessionHost {
         }
     }
 
-    /// The sessions this host owns now.
-    pub fn held(&self) -> Vec<Uuid> {
-        lock(&self.inner.owned).keys().copied().collect()
+    /// The sessions this host owns now, each with its lease's epoch, in no order.
+    pub fn held(&self) -> Vec<(Uuid, Epoch)> {
+        lock(&self.inner.owned)
+            .iter()
+            .map(|(session, owned)| (*session, owned.rig.epoch()))
+            .collect()
+    }
+
+    /// The rig of `session`, if this host owns it now: what a request handler for the session
+    /// works with, without a map of its own. It may be lost at any moment after (see
+    /// [`Rig::lost`] and [`Rig::is_valid`]); its journal's appends are fenced all the same.
+    pub fn rig(&self, session: Uuid) -> Option<Arc<Rig>> {
+        lock(&self.inner.owned)
+            .get(&session)
+            .map(|owned| owned.rig.clone())
     }
 
     /// The number of sessions this host owns now.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{GiveUp, HostEvent, HostOptions, Inner, lock};
+use super::{GiveUp, HostEvent, HostOptions, Inner, Owned, lock};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 use crate::rig::Rig;
@@ -172,7 +172,11 @@ impl Drop for OpenFailures {
 async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
     let (session, epoch) = (rig.session_id(), rig.epoch());
     let shed = CancellationToken::new();
-    lock(&inner.owned).insert(session, shed.clone());
+    let owned = Owned {
+        rig: rig.clone(),
+        shed: shed.clone(),
+    };
+    lock(&inner.owned).insert(session, owned);
     inner.emit(HostEvent::Acquired { session, epoch });
     let token = CancellationToken::new();
     let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));

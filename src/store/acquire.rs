@@ -105,12 +105,7 @@ impl StoreShared {
         let key = self.namespace.owner_key(session);
         let tip_key = self.namespace.tip_key(session);
         let nonce = Uuid::now_v7();
-        let value = OwnerValue {
-            store: self.id,
-            nonce,
-            node: self.node.clone(),
-        }
-        .encode();
+        let value = self.owner_value(nonce);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([

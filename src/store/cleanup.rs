@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::StoreShared;
 use super::registry::Orphan;
-use super::{OwnerValue, StoreShared};
 use crate::deadline::deadline;
 use crate::etcd::write::{self, Written};
 use crate::etcd::{Delete, EtcdError};
@@ -208,12 +208,7 @@ impl StoreShared {
         let Some(node) = self.current_node() else {
             return;
         };
-        let value = OwnerValue {
-            store: self.id,
-            nonce: orphan.nonce,
-            node: self.node.clone(),
-        }
-        .encode();
+        let value = self.owner_value(orphan.nonce);
         let key = self.namespace.owner_key(orphan.session);
         let queued = self.queue_cleanup(Cleanup {
             name: Cleanup::owner_key_name(orphan.nonce),

@@ -95,6 +95,23 @@ pub enum StoreError {
         /// The name as given.
         node: String,
     },
+    /// The advertised address is not a URL with a scheme and a host, has a space or a
+    /// control character, or is longer than
+    /// [`MAX_ADVERTISE_LEN`](crate::store::MAX_ADVERTISE_LEN) bytes. Permanent.
+    #[error(
+        "invalid advertised address {advertise:?}: it must be a URL with a scheme and a host (such as http://10.0.0.7:31501), without spaces, at most 256 bytes"
+    )]
+    InvalidAdvertise {
+        /// The address as given.
+        advertise: String,
+    },
+    /// The metadata is longer than [`MAX_METADATA_LEN`](crate::store::MAX_METADATA_LEN)
+    /// bytes. Permanent.
+    #[error("metadata of {len} bytes is too long: at most 256")]
+    InvalidMetadata {
+        /// Its length.
+        len: usize,
+    },
     /// A write attempt would time out before it is sent: the attempt and re-send timeouts
     /// must be above zero. Permanent.
     #[error("invalid write policy {policy:?}: attempt timeouts must be above zero")]

@@ -68,6 +68,7 @@
 mod acquire;
 mod cleanup;
 mod error;
+mod host_value;
 mod keepalive;
 mod options;
 mod owner_value;
@@ -97,9 +98,10 @@ use crate::lease::{Lease, LossReason, NodeLease};
 use crate::metrics::Metrics;
 use cleanup::Cleanup;
 pub use error::{AcquireError, LeaseHeldError, StoreError};
+pub(crate) use host_value::HostValue;
 pub(crate) use options::bounded_write_policy;
-pub use options::{MAX_NODE_LEN, MAX_TTL_SECS, StoreOptions};
-pub(crate) use owner_value::OwnerValue;
+pub use options::{MAX_ADVERTISE_LEN, MAX_METADATA_LEN, MAX_NODE_LEN, MAX_TTL_SECS, StoreOptions};
+pub use owner_value::OwnerValue;
 use registry::Registry;
 
 /// The owner watch's permanent refusal: etcd denied the store's user the owner keys. Set
@@ -133,6 +135,9 @@ pub(crate) struct StoreShared {
     pub(crate) connection: Connection,
     pub(crate) namespace: Namespace,
     pub(crate) node: String,
+    /// Where this node is reached, and a few bytes about it: written into its owner values.
+    pub(crate) advertise: Option<String>,
+    pub(crate) metadata: Vec<u8>,
     /// This store instance, written into its owner values.
     pub(crate) id: Uuid,
     pub(crate) ttl: Duration,
@@ -249,6 +254,8 @@ impl Store {
             connection,
             namespace: options.namespace,
             node: options.node,
+            advertise: options.advertise,
+            metadata: options.metadata,
             id: Uuid::new_v4(),
             ttl: validity.ttl(),
             margin: options.margin,
@@ -294,6 +301,12 @@ impl Store {
     /// This node's name.
     pub fn node(&self) -> &str {
         &self.shared.node
+    }
+
+    /// The address this node advertises, if any (see
+    /// [`StoreOptions::with_advertise`]).
+    pub fn advertise(&self) -> Option<&str> {
+        self.shared.advertise.as_deref()
     }
 
     /// The connection, for reads of your own (and tests).
@@ -593,6 +606,18 @@ impl Drop for Standby {
 }
 
 impl StoreShared {
+    /// The owner value this store writes for its acquisition `nonce`.
+    pub(crate) fn owner_value(&self, nonce: Uuid) -> Vec<u8> {
+        OwnerValue::new(
+            self.id,
+            nonce,
+            &self.node,
+            self.advertise.as_deref(),
+            &self.metadata,
+        )
+        .encode()
+    }
+
     pub(crate) fn current_node(&self) -> Option<Arc<NodeLease>> {
         self.current
             .lock()

@@ -26,6 +26,13 @@ pub struct StoreOptions {
     pub namespace: Namespace,
     /// This node's name, written into owner keys for people to read.
     pub node: String,
+    /// Where this node can be reached (its own gRPC or HTTP address), written into its owner
+    /// keys and its host key for routers to read; see [`with_advertise`](Self::with_advertise).
+    /// Default none.
+    pub advertise: Option<String>,
+    /// A few bytes about this node (a zone, a version), written beside `advertise`; at most
+    /// [`MAX_METADATA_LEN`] bytes. Default none.
+    pub metadata: Vec<u8>,
     /// The node lease's TTL: whole seconds, at least 2 (etcd's minimum). Default 10 s.
     pub ttl: Duration,
     /// Subtracted from every validity deadline; must be below 2·TTL/3 minus a round trip.
@@ -72,6 +79,8 @@ impl StoreOptions {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             namespace: Namespace::default(),
             node: default_node_name(),
+            advertise: None,
+            metadata: Vec::new(),
             ttl: Duration::from_secs(10),
             margin: Duration::from_secs(1),
             standby_recheck: Duration::from_secs(5),
@@ -120,6 +129,27 @@ impl StoreOptions {
     /// Sets the node name.
     pub fn with_node(mut self, node: impl Into<String>) -> Self {
         self.node = node.into();
+        self
+    }
+
+    /// Sets the address this node is reached at: a URL with a scheme and a host (such as
+    /// `http://10.0.0.7:31501`), at most [`MAX_ADVERTISE_LEN`] bytes. Its owner keys (value
+    /// version 2, see [`OwnerValue`](crate::store::OwnerValue)) and its host key carry it, so
+    /// that a request for a session can be sent to the node that owns it.
+    ///
+    /// In a rolling upgrade from a release that writes only version 1: such releases read a
+    /// version 2 owner key as held by someone else (as it is) and a version 2 host key as a
+    /// host without [`max_sessions`](crate::HostOptions::max_sessions); so with capped hosts,
+    /// advertise once every host runs a release that reads version 2.
+    pub fn with_advertise(mut self, url: impl Into<String>) -> Self {
+        self.advertise = Some(url.into());
+        self
+    }
+
+    /// Sets a few bytes about this node (at most [`MAX_METADATA_LEN`]), carried beside the
+    /// advertised address.
+    pub fn with_metadata(mut self, metadata: impl Into<Vec<u8>>) -> Self {
+        self.metadata = metadata.into();
         self
     }
 
@@ -197,6 +227,18 @@ impl StoreOptions {
                 node: self.node.clone(),
             });
         }
+        if let Some(advertise) = &self.advertise
+            && !advertisable(advertise)
+        {
+            return Err(StoreError::InvalidAdvertise {
+                advertise: advertise.clone(),
+            });
+        }
+        if self.metadata.len() > MAX_METADATA_LEN {
+            return Err(StoreError::InvalidMetadata {
+                len: self.metadata.len(),
+            });
+        }
         if self.write.attempt_timeout.is_zero() || self.write.resend_timeout.is_zero() {
             return Err(StoreError::InvalidWritePolicy {
                 policy: self.write.clone(),
@@ -240,6 +282,23 @@ const WRITE_DEADLINE_TTLS: u32 = 3;
 
 /// The longest node name, in bytes: it is written into every owner key and host key.
 pub const MAX_NODE_LEN: usize = 256;
+
+/// The longest advertised address, in bytes.
+pub const MAX_ADVERTISE_LEN: usize = 256;
+
+/// The most metadata bytes a node carries in its keys.
+pub const MAX_METADATA_LEN: usize = 256;
+
+/// Whether `url` can be advertised: a URL with a scheme and a host, no longer than
+/// [`MAX_ADVERTISE_LEN`], without spaces or control characters (the owner value is separated
+/// by spaces), and not `-` (which stands for none).
+fn advertisable(url: &str) -> bool {
+    url.len() <= MAX_ADVERTISE_LEN
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+        && url
+            .parse::<http::Uri>()
+            .is_ok_and(|uri| uri.scheme().is_some() && uri.host().is_some_and(|h| !h.is_empty()))
+}
 
 fn default_node_name() -> String {
     std::env::var("HOSTNAME")

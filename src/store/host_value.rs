@@ -1,0 +1,138 @@
+//! The value of a host key (`{ns}/hosts/{store}`, written by a
+//! [`SessionHost`](crate::host::SessionHost), attached to its node lease):
+//!
+//! ```text
+//! leasehold-host/1 {max or -} {nonce} {node name}
+//! leasehold-host/2 {max or -} {nonce} {advertise or -} {metadata in hex or -} {node name}
+//! ```
+//!
+//! As with the [owner value](super::owner_value), version 2 carries the node's advertised
+//! address and metadata, and a host with neither writes version 1. The nonce makes the value
+//! unique to the host (its leave's delete is guarded by it); it is a version 7 UUID, so it
+//! also tells when the host started (by its own clock). Hosts that wrote no nonce read the
+//! nonce as part of the node's name, which only names the host.
+
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+use super::owner_value::{hex, unhex};
+
+const V1: &str = "leasehold-host/1";
+const V2: &str = "leasehold-host/2";
+
+/// A decoded host value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HostValue {
+    pub(crate) max: Option<usize>,
+    pub(crate) nonce: Uuid,
+    pub(crate) node: String,
+    pub(crate) advertise: Option<String>,
+    pub(crate) metadata: Vec<u8>,
+}
+
+impl HostValue {
+    pub(crate) fn encode(&self) -> String {
+        let max = self
+            .max
+            .map_or_else(|| "-".to_owned(), |max| max.to_string());
+        if self.advertise.is_none() && self.metadata.is_empty() {
+            return format!("{V1} {max} {} {}", self.nonce, self.node);
+        }
+        let advertise = self.advertise.as_deref().unwrap_or("-");
+        let metadata = if self.metadata.is_empty() {
+            "-".to_owned()
+        } else {
+            hex(&self.metadata)
+        };
+        format!(
+            "{V2} {max} {} {advertise} {metadata} {}",
+            self.nonce, self.node
+        )
+    }
+
+    /// Anything unreadable counts as a host without a maximum (or an address).
+    pub(crate) fn decode(value: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(value);
+        let (version, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        let fields = match version {
+            V1 => 3,
+            V2 => 5,
+            _ => 0,
+        };
+        let mut parts = rest.splitn(fields.max(1), ' ');
+        let max = parts
+            .next()
+            .filter(|_| fields > 0)
+            .and_then(|max| max.parse().ok());
+        let nonce = parts
+            .next()
+            .and_then(|nonce| nonce.parse().ok())
+            .unwrap_or_default();
+        let (mut advertise, mut metadata) = (None, Vec::new());
+        if fields == 5 {
+            advertise = parts
+                .next()
+                .filter(|advertise| *advertise != "-")
+                .map(str::to_owned);
+            metadata = parts.next().and_then(unhex).unwrap_or_default();
+        }
+        let node = parts.next().unwrap_or_default().to_owned();
+        Self {
+            max,
+            nonce,
+            node,
+            advertise,
+            metadata,
+        }
+    }
+
+    /// When the host started, by its own clock (from the nonce), if it tells.
+    pub(crate) fn started_at(&self) -> Option<SystemTime> {
+        super::owner_value::OwnerValue::new(self.nonce, self.nonce, "", None, b"").acquired_at()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_values_round_trip_and_garbage_has_no_maximum() {
+        for max in [None, Some(0), Some(12)] {
+            for (advertise, metadata) in [
+                (None, &b""[..]),
+                (Some("http://10.0.0.7:31501"), &b""[..]),
+                (None, &b"zone=b"[..]),
+                (Some("http://h:1"), &b"\x00\xff"[..]),
+            ] {
+                let value = HostValue {
+                    max,
+                    nonce: Uuid::now_v7(),
+                    node: "node a".into(),
+                    advertise: advertise.map(str::to_owned),
+                    metadata: metadata.to_vec(),
+                };
+                let encoded = value.encode();
+                assert_eq!(
+                    encoded.starts_with(V1),
+                    advertise.is_none() && metadata.is_empty(),
+                    "{encoded}"
+                );
+                assert_eq!(HostValue::decode(encoded.as_bytes()), value);
+                assert!(value.started_at().is_some());
+            }
+        }
+        assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
+        assert_eq!(HostValue::decode(b"").max, None);
+        assert_eq!(HostValue::decode(b"leasehold-host/3 3 x y").max, None);
+        // Version 1 as earlier releases wrote it.
+        let nonce = Uuid::new_v4();
+        let old = HostValue::decode(format!("leasehold-host/1 7 {nonce} n 1").as_bytes());
+        assert_eq!(
+            (old.max, old.nonce, old.node.as_str()),
+            (Some(7), nonce, "n 1")
+        );
+        assert_eq!(old.advertise, None);
+    }
+}
