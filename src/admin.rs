@@ -42,7 +42,7 @@ use crate::journal::{
 };
 use crate::keys::{Namespace, prefix_end};
 use crate::lease::Epoch;
-use crate::store::{HostValue, OwnerValue};
+use crate::store::OwnerValue;
 
 /// What a namespace holds right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +58,9 @@ pub struct NamespaceStatus {
     /// All keys under the namespace, journals included.
     pub keys: u64,
 }
+
+mod hosts;
+pub use hosts::Host;
 
 /// Concurrent reads when gathering tips and lease TTLs.
 const CONCURRENT_READS: usize = 16;
@@ -93,31 +96,6 @@ pub struct Owner {
     pub ttl_left: Option<Duration>,
     /// The journal's tip, if the session has a journal.
     pub tip: Option<Tip>,
-}
-
-/// A live session host, as its host key (`{ns}/hosts/{store}`, attached to its node lease)
-/// shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Host {
-    /// The host's store instance (one per process): the owner values of the sessions it
-    /// holds name it.
-    pub store: Uuid,
-    /// The host's node name.
-    pub node: String,
-    /// The address the host advertises; `None` if it advertises none.
-    pub advertise: Option<String>,
-    /// The host's metadata (empty if none).
-    pub metadata: Vec<u8>,
-    /// The most sessions it may hold (`HostOptions::max_sessions`), if capped.
-    pub max_sessions: Option<usize>,
-    /// How many sessions its store holds, at the same revision.
-    pub sessions: usize,
-    /// When the host started, by its own clock (`None` for hosts of releases that did not
-    /// write it).
-    pub started_at: Option<SystemTime>,
-    /// The etcd lease its key is attached to (its store's node lease).
-    pub lease_id: i64,
 }
 
 /// A journal's bounds and owner, read at one revision.
@@ -305,51 +283,6 @@ impl Admin {
             owner.ttl_left = ttls.get(&owner.lease_id).copied().flatten();
         }
         Ok(owners)
-    }
-
-    /// Every live session host, by store id, and how many sessions each holds: the host keys
-    /// and the owner keys read at one revision. A host's key goes with its node lease, so a
-    /// host that died is listed until etcd expires that lease.
-    pub async fn hosts(&self) -> Result<Vec<Host>, EtcdError> {
-        let (kvs, revision) = self
-            .connection
-            .range_at_one_revision("list hosts", &self.namespace.hosts_prefix())
-            .await?;
-        let (owners, _) = self
-            .connection
-            .range_at("list owners", &self.namespace.owners_prefix(), revision)
-            .await?;
-        let mut held: HashMap<Uuid, usize> = HashMap::new();
-        for owner in owners
-            .iter()
-            .filter_map(|kv| OwnerValue::decode(kv.value()))
-        {
-            *held.entry(owner.store).or_default() += 1;
-        }
-        let prefix = self.namespace.hosts_prefix();
-        let mut hosts: Vec<Host> = kvs
-            .iter()
-            .filter_map(|kv| {
-                let store: Uuid = std::str::from_utf8(kv.key())
-                    .ok()?
-                    .strip_prefix(&prefix)?
-                    .parse()
-                    .ok()?;
-                let value = HostValue::decode(kv.value());
-                Some(Host {
-                    store,
-                    sessions: held.get(&store).copied().unwrap_or(0),
-                    started_at: value.started_at(),
-                    node: value.node,
-                    advertise: value.advertise,
-                    metadata: value.metadata,
-                    max_sessions: value.max,
-                    lease_id: kv.lease(),
-                })
-            })
-            .collect();
-        hosts.sort_by_key(|host| host.store);
-        Ok(hosts)
     }
 
     /// `session`'s owner, if any (with its TTL left and tip).
@@ -750,44 +683,4 @@ async fn follow(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(base: u64, tip: Option<u64>) -> JournalInfo {
-        JournalInfo {
-            session: Uuid::nil(),
-            revision: 1,
-            base,
-            tip: tip.map(|seq| Tip {
-                seq,
-                epoch: Epoch(1),
-                nonce: Uuid::nil(),
-            }),
-            owner: None,
-        }
-    }
-
-    proptest::proptest! {
-        /// Any base and tip, as the bytes under the namespace say: a length, never a panic.
-        #[test]
-        fn any_base_and_tip_have_a_length(
-            base in proptest::prelude::any::<u64>(),
-            seq in proptest::prelude::any::<u64>(),
-        ) {
-            let expected = (u128::from(seq) + 1).saturating_sub(u128::from(base));
-            let len = info(base, Some(seq)).len();
-            proptest::prop_assert_eq!(u128::from(len), expected.min(u128::from(u64::MAX)));
-        }
-    }
-
-    #[test]
-    fn lengths_at_the_ends_of_the_sequence() {
-        assert_eq!(info(1, None).len(), 0);
-        assert!(info(1, None).is_empty());
-        assert_eq!(info(1, Some(1)).len(), 1);
-        assert_eq!(info(5, Some(4)).len(), 0);
-        assert_eq!(info(1, Some(u64::MAX)).len(), u64::MAX);
-        assert_eq!(info(0, Some(u64::MAX)).len(), u64::MAX);
-        assert_eq!(info(u64::MAX, Some(u64::MAX)).len(), 1);
-    }
-}
+mod tests;

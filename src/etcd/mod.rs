@@ -15,6 +15,7 @@ mod connect;
 pub(crate) mod connection;
 pub(crate) mod error;
 mod options;
+mod range;
 mod scrape;
 mod txn;
 pub(crate) mod write;

@@ -1,0 +1,82 @@
+//! [`Admin::hosts`]: the live session hosts.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+use super::Admin;
+use crate::etcd::EtcdError;
+use crate::store::{HostValue, OwnerValue};
+
+/// A live session host, as its host key (`{ns}/hosts/{store}`, attached to its node lease)
+/// shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Host {
+    /// The host's store instance (one per process): the owner values of the sessions it
+    /// holds name it.
+    pub store: Uuid,
+    /// The host's node name.
+    pub node: String,
+    /// The address the host advertises; `None` if it advertises none.
+    pub advertise: Option<String>,
+    /// The host's metadata (empty if none).
+    pub metadata: Vec<u8>,
+    /// The most sessions it may hold (`HostOptions::max_sessions`), if capped.
+    pub max_sessions: Option<usize>,
+    /// How many sessions its store holds, at the same revision.
+    pub sessions: usize,
+    /// When the host started, by its own clock (`None` for hosts of releases that did not
+    /// write it).
+    pub started_at: Option<SystemTime>,
+    /// The etcd lease its key is attached to (its store's node lease).
+    pub lease_id: i64,
+}
+
+impl Admin {
+    /// Every live session host, by store id, and how many sessions each holds: the host keys
+    /// and the owner keys read at one revision. A host's key goes with its node lease, so a
+    /// host that died is listed until etcd expires that lease.
+    pub async fn hosts(&self) -> Result<Vec<Host>, EtcdError> {
+        let (kvs, revision) = self
+            .connection
+            .range_at_one_revision("list hosts", &self.namespace.hosts_prefix())
+            .await?;
+        let (owners, _) = self
+            .connection
+            .range_at("list owners", &self.namespace.owners_prefix(), revision)
+            .await?;
+        let mut held: HashMap<Uuid, usize> = HashMap::new();
+        for owner in owners
+            .iter()
+            .filter_map(|kv| OwnerValue::decode(kv.value()))
+        {
+            *held.entry(owner.store).or_default() += 1;
+        }
+        let prefix = self.namespace.hosts_prefix();
+        let mut hosts: Vec<Host> = kvs
+            .iter()
+            .filter_map(|kv| {
+                let store: Uuid = std::str::from_utf8(kv.key())
+                    .ok()?
+                    .strip_prefix(&prefix)?
+                    .parse()
+                    .ok()?;
+                let value = HostValue::decode(kv.value());
+                Some(Host {
+                    store,
+                    sessions: held.get(&store).copied().unwrap_or(0),
+                    started_at: value.started_at(),
+                    node: value.node,
+                    advertise: value.advertise,
+                    metadata: value.metadata,
+                    max_sessions: value.max,
+                    lease_id: kv.lease(),
+                })
+            })
+            .collect();
+        hosts.sort_by_key(|host| host.store);
+        Ok(hosts)
+    }
+}
