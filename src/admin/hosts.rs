@@ -39,9 +39,10 @@ impl Admin {
     /// and the owner keys read at one revision. A host's key goes with its node lease, so a
     /// host that died is listed until etcd expires that lease.
     pub async fn hosts(&self) -> Result<Vec<Host>, EtcdError> {
+        let prefix = self.namespace.hosts_prefix();
         let (kvs, revision) = self
             .connection
-            .range_at_one_revision("list hosts", &self.namespace.hosts_prefix())
+            .range_at_one_revision("list hosts", &prefix)
             .await?;
         let (owners, _) = self
             .connection
@@ -54,7 +55,6 @@ impl Admin {
         {
             *held.entry(owner.store).or_default() += 1;
         }
-        let prefix = self.namespace.hosts_prefix();
         let mut hosts: Vec<Host> = kvs
             .iter()
             .filter_map(|kv| {

@@ -301,7 +301,7 @@ impl From<&Host> for HostJson {
             store: host.store,
             node: host.node.clone(),
             advertise: host.advertise.clone(),
-            metadata_hex: host.metadata.iter().map(|b| format!("{b:02x}")).collect(),
+            metadata_hex: hex(&host.metadata),
             max_sessions: host.max_sessions,
             sessions: host.sessions,
             started_at: host
@@ -354,16 +354,18 @@ pub(crate) async fn journal(common: &Common, command: &JournalCommand) -> Result
     }
 }
 
+/// `bytes` in lowercase hex, for JSON fields named `…_hex`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn record_json(record: &Record) -> Value {
     match record {
         Record::Event(event) => {
             let mut line = json!({"seq": event.seq, "epoch": event.epoch.get(), "kind": "event"});
             match std::str::from_utf8(&event.payload) {
                 Ok(text) => line["payload"] = json!(text),
-                Err(_) => {
-                    let hex: String = event.payload.iter().map(|b| format!("{b:02x}")).collect();
-                    line["payload_hex"] = json!(hex);
-                }
+                Err(_) => line["payload_hex"] = json!(hex(&event.payload)),
             }
             line
         }

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use uuid::Uuid;
 
-use super::owner_value::{hex, unhex};
+use super::owner_value::{parse_advertise, parse_metadata, route_fields, time_of};
 
 const V1: &str = "leasehold-host/1";
 const V2: &str = "leasehold-host/2";
@@ -36,52 +36,37 @@ impl HostValue {
         let max = self
             .max
             .map_or_else(|| "-".to_owned(), |max| max.to_string());
-        if self.advertise.is_none() && self.metadata.is_empty() {
-            return format!("{V1} {max} {} {}", self.nonce, self.node);
+        match route_fields(self.advertise.as_deref(), &self.metadata) {
+            None => format!("{V1} {max} {} {}", self.nonce, self.node),
+            Some(route) => format!("{V2} {max} {} {route} {}", self.nonce, self.node),
         }
-        let advertise = self.advertise.as_deref().unwrap_or("-");
-        let metadata = if self.metadata.is_empty() {
-            "-".to_owned()
-        } else {
-            hex(&self.metadata)
-        };
-        format!(
-            "{V2} {max} {} {advertise} {metadata} {}",
-            self.nonce, self.node
-        )
     }
 
     /// Anything unreadable counts as a host without a maximum (or an address).
     pub(crate) fn decode(value: &[u8]) -> Self {
         let text = String::from_utf8_lossy(value);
         let (version, rest) = text.split_once(' ').unwrap_or((&text, ""));
-        let fields = match version {
-            V1 => 3,
-            V2 => 5,
-            _ => 0,
+        // The fields after the version, the node's name last (it may hold spaces).
+        let fields: Vec<&str> = match version {
+            V1 => rest.splitn(3, ' ').collect(),
+            V2 => rest.splitn(5, ' ').collect(),
+            _ => Vec::new(),
         };
-        let mut parts = rest.splitn(fields.max(1), ' ');
-        let max = parts
-            .next()
-            .filter(|_| fields > 0)
-            .and_then(|max| max.parse().ok());
-        let nonce = parts
-            .next()
-            .and_then(|nonce| nonce.parse().ok())
-            .unwrap_or_default();
-        let (mut advertise, mut metadata) = (None, Vec::new());
-        if fields == 5 {
-            advertise = parts
-                .next()
-                .filter(|advertise| *advertise != "-")
-                .map(str::to_owned);
-            metadata = parts.next().and_then(unhex).unwrap_or_default();
-        }
-        let node = parts.next().unwrap_or_default().to_owned();
+        let field = |i: usize| fields.get(i).copied();
+        let (advertise, metadata, node) = match version {
+            V2 => (
+                field(2).and_then(parse_advertise),
+                field(3).and_then(parse_metadata).unwrap_or_default(),
+                field(4),
+            ),
+            _ => (None, Vec::new(), field(2)),
+        };
         Self {
-            max,
-            nonce,
-            node,
+            max: field(0).and_then(|max| max.parse().ok()),
+            nonce: field(1)
+                .and_then(|nonce| nonce.parse().ok())
+                .unwrap_or_default(),
+            node: node.unwrap_or_default().to_owned(),
             advertise,
             metadata,
         }
@@ -89,7 +74,7 @@ impl HostValue {
 
     /// When the host started, by its own clock (from the nonce), if it tells.
     pub(crate) fn started_at(&self) -> Option<SystemTime> {
-        super::owner_value::OwnerValue::new(self.nonce, self.nonce, "", None, b"").acquired_at()
+        time_of(self.nonce)
     }
 }
 

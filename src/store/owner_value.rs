@@ -66,16 +66,11 @@ impl OwnerValue {
     /// metadata, else version 2.
     pub fn encode(&self) -> Vec<u8> {
         let (store, nonce) = (self.store.hyphenated(), self.nonce.hyphenated());
-        if self.advertise.is_none() && self.metadata.is_empty() {
-            return format!("{V1} {store} {nonce} {}", self.node).into_bytes();
+        match route_fields(self.advertise.as_deref(), &self.metadata) {
+            None => format!("{V1} {store} {nonce} {}", self.node),
+            Some(route) => format!("{V2} {store} {nonce} {route} {}", self.node),
         }
-        let advertise = self.advertise.as_deref().unwrap_or("-");
-        let metadata = if self.metadata.is_empty() {
-            "-".to_owned()
-        } else {
-            hex(&self.metadata)
-        };
-        format!("{V2} {store} {nonce} {advertise} {metadata} {}", self.node).into_bytes()
+        .into_bytes()
     }
 
     /// `None` for a value leasehold did not write (never an error: foreign values are held
@@ -102,14 +97,8 @@ impl OwnerValue {
         let mut parts = rest.splitn(5, ' ');
         let store = parts.next()?.parse().ok()?;
         let nonce = parts.next()?.parse().ok()?;
-        let advertise = match parts.next()? {
-            "-" => None,
-            advertise => Some(advertise.to_owned()),
-        };
-        let metadata = match parts.next()? {
-            "-" => Vec::new(),
-            metadata => unhex(metadata)?,
-        };
+        let advertise = parse_advertise(parts.next()?);
+        let metadata = parse_metadata(parts.next()?)?;
         let node = parts.next()?.to_owned();
         Some(Self {
             store,
@@ -123,8 +112,41 @@ impl OwnerValue {
     /// When the holder acquired the session, by the holder's clock (read from the nonce;
     /// `None` if it carries no time).
     pub fn acquired_at(&self) -> Option<SystemTime> {
-        let (secs, nanos) = self.nonce.get_timestamp()?.to_unix();
-        UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+        time_of(self.nonce)
+    }
+}
+
+/// When a version 7 `nonce` was made, by its maker's clock; `None` if it carries no time.
+pub(crate) fn time_of(nonce: Uuid) -> Option<SystemTime> {
+    let (secs, nanos) = nonce.get_timestamp()?.to_unix();
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+/// The two fields version 2 adds (to owner and host values alike), as written:
+/// `{advertise or -} {metadata in hex or -}`; `None` when there is neither, and the value is
+/// then version 1.
+pub(crate) fn route_fields(advertise: Option<&str>, metadata: &[u8]) -> Option<String> {
+    if advertise.is_none() && metadata.is_empty() {
+        return None;
+    }
+    let metadata = if metadata.is_empty() {
+        "-".to_owned()
+    } else {
+        hex(metadata)
+    };
+    Some(format!("{} {metadata}", advertise.unwrap_or("-")))
+}
+
+/// The advertise field read back: `-` is none.
+pub(crate) fn parse_advertise(field: &str) -> Option<String> {
+    (field != "-").then(|| field.to_owned())
+}
+
+/// The metadata field read back: `-` is none; `None` if it is not hex.
+pub(crate) fn parse_metadata(field: &str) -> Option<Vec<u8>> {
+    match field {
+        "-" => Some(Vec::new()),
+        hex => unhex(hex),
     }
 }
 
