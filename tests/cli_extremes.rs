@@ -53,13 +53,14 @@ const NOT_NUMERIC: &[&str] = &[
     "listen-cert",
     "listen-key",
     "listen-client-ca",
+    "advertise",
 ];
 
 /// Beside the flag under test, what each command needs to get as far as it can.
 fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
     const SESSION: &str = "0193e5a0-0000-7000-8000-000000000001";
     Some(match command {
-        ["status"] | ["demo"] | ["owners"] | ["check"] => &[],
+        ["status"] | ["demo"] | ["owners"] | ["hosts"] | ["check"] => &[],
         ["node"] => &["--sessions", "1"],
         ["serve"] => &["--listen", "127.0.0.1:0"],
         ["bench"] => &["append"],
