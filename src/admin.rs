@@ -7,6 +7,8 @@
 //! - [`owners`](Admin::owners): every owned session, with its holder, epoch, when it was
 //!   acquired, the holder's advertised address, its node lease TTL left and the journal's
 //!   tip, read at one revision.
+//! - [`directory`](Admin::directory): an [`OwnerDirectory`], who owns what kept current by a
+//!   watch, for routers.
 //! - [`hosts`](Admin::hosts): every live session host, with its advertised address and how
 //!   many sessions it holds.
 //! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
@@ -34,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
+use crate::directory::OwnerDirectory;
 use crate::etcd::write::{self, WritePolicy, Written};
 use crate::etcd::{Connection, EtcdError};
 use crate::journal::{
@@ -204,6 +207,12 @@ impl Admin {
             owned_workspaces,
             keys,
         })
+    }
+
+    /// An [`OwnerDirectory`] of the namespace over the same connection: every owner known
+    /// locally, kept current by one watch (see [`crate::directory`]).
+    pub async fn directory(&self) -> Result<OwnerDirectory, EtcdError> {
+        OwnerDirectory::start(self.connection.clone(), self.namespace.clone()).await
     }
 
     /// The namespace.

@@ -26,6 +26,9 @@
 //!   the [`host`] module.
 //! - [`admin::Admin`]: an operator's view of a namespace, needing no lease: who owns what,
 //!   journals read, followed, trimmed, deleted and checked, sessions revoked.
+//! - [`OwnerDirectory`]: who owns which session, known locally and kept current by one watch,
+//!   with each owner's advertised address and whether its host is alive: what a router needs.
+//!   See the [`directory`] module.
 //! - `fault::FaultProxy` (feature `fault`): a loopback TCP proxy that injects network faults
 //!   between one client and etcd, for tests, demos and drills.
 //! - [`Connection`]: a connection to an etcd cluster that fails over between endpoints and
@@ -49,7 +52,8 @@
 //! 4. [`lease`]: session leases, their validity and loss.
 //! 5. [`journal`]: fenced journals: the fence, appends, replay, retention, the checker.
 //! 6. [`store`]: the node: its lease, keepalive, owner watch, acquisitions, cleanup.
-//! 7. [`admin`] and [`rig`]: the operator's view; the composition root of a live session.
+//! 7. [`admin`], [`directory`] and [`rig`]: the operator's view; the owner directory; the
+//!    composition root of a live session.
 //! 8. [`host`]: sessions kept owned across hosts, balanced; `sidecar` (feature `grpc`): the
 //!    gRPC service behind `leasehold serve`, sessions owned for clients in any language.
 //! 9. The `leasehold` tool and `testing`, the harness.
@@ -95,6 +99,7 @@ pub mod admin;
 mod backoff;
 mod clock;
 mod deadline;
+pub mod directory;
 mod etcd;
 #[cfg(feature = "fault")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
@@ -119,11 +124,12 @@ pub mod testing;
 pub use etcd_client;
 
 pub use admin::{Admin, NamespaceStatus};
+pub use directory::OwnerDirectory;
 pub use etcd::{
     ConnectError, ConnectOptions, Connection, Credentials, EtcdError, FailureClass, MINIMUM_ETCD,
     MemberStatus, RetryPolicy, TlsOptions, WritePolicy, etcd_metric,
 };
-pub use host::{GiveUp, HostEvent, HostOptions, SessionHost};
+pub use host::{GiveUp, HostEvent, HostOptions, NotOwner, Route, SessionHost};
 pub use journal::{
     AppendError, Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLeaseLostError,
     JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError, Record, Replay, ReplayError,

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["lease"],
     &["journal"],
     &["store"],
-    &["admin", "rig"],
+    &["admin", "directory", "rig"],
     &["host", "sidecar"],
     &["cli", "testing"],
 ];

@@ -73,6 +73,7 @@
 
 mod balance;
 mod options;
+mod route;
 mod session;
 
 use std::collections::HashMap;
@@ -93,6 +94,7 @@ use crate::store::Store;
 use balance::{balance, leave_bound};
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
+pub use route::{NotOwner, Route};
 use session::host_session;
 
 /// Keeps sessions owned and worked on; see the [module docs](self).

@@ -303,6 +303,13 @@ impl Store {
         &self.shared.node
     }
 
+    /// This store's instance id (one per process): the owner values and host key it writes
+    /// name it, so a [`directory::Owner`](crate::directory::Owner) whose
+    /// `node.store` is this id is this node.
+    pub fn id(&self) -> Uuid {
+        self.shared.id
+    }
+
     /// The address this node advertises, if any (see
     /// [`StoreOptions::with_advertise`]).
     pub fn advertise(&self) -> Option<&str> {
