@@ -474,3 +474,67 @@ async fn a_directory_cut_off_past_a_compaction_snapshots_again_and_converges() {
     .unwrap();
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn owners_watch_prints_the_owners_then_each_change() {
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+    let etcd = common::Etcd::start().await;
+    let store = Store::connect(
+        StoreOptions::new([etcd.node.endpoint()])
+            .with_namespace(etcd.ns.clone())
+            .with_node("watched")
+            .with_advertise("http://127.0.0.1:31599"),
+    )
+    .await
+    .unwrap();
+    let first = store.acquire_lease(Uuid::new_v4()).await.unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "--endpoints",
+            etcd.node.endpoint(),
+            "--namespace",
+            etcd.ns.as_str(),
+        ])
+        .args(["owners", "--watch", "--json"])
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a line")
+            .unwrap()
+            .expect("not ended");
+        serde_json::from_str(&line).unwrap()
+    };
+    let owner = next().await;
+    assert_eq!(owner["change"], "owner");
+    assert_eq!(owner["session"], first.session_id().to_string());
+    assert_eq!(owner["node"], "watched");
+    assert_eq!(owner["advertise"], "http://127.0.0.1:31599");
+    assert_eq!(owner["epoch"], first.epoch().get());
+    assert_eq!(owner["host_alive"], true);
+    let snapshot = next().await;
+    assert_eq!(
+        (&snapshot["change"], &snapshot["owners"]),
+        (&"snapshot".into(), &1.into())
+    );
+
+    let second = store.acquire_lease(Uuid::new_v4()).await.unwrap();
+    let acquired = next().await;
+    assert_eq!(acquired["change"], "acquired");
+    assert_eq!(acquired["session"], second.session_id().to_string());
+    assert_eq!(acquired["revision"], second.epoch().get());
+    first.release().await.unwrap();
+    let released = next().await;
+    assert_eq!(released["change"], "released");
+    assert_eq!(released["session"], first.session_id().to_string());
+    assert!(released["revision"].as_i64().unwrap() > acquired["revision"].as_i64().unwrap());
+    child.kill().await.unwrap();
+    store.close().await;
+}

@@ -11,6 +11,13 @@
 //!   `{"session", "node", "store", "epoch", "acquired_at", "advertise", "lease_id",
 //!   "ttl_left_secs", "tip"}` where `node`, `store`, `acquired_at` (RFC 3339, the holder's
 //!   clock), `advertise`, `ttl_left_secs` and `tip` (`{"seq", "epoch"}`) may be `null`.
+//! - `owners --watch --json`: JSON Lines: one `{"change": "owner", …}` per owner now, then
+//!   `{"change": "snapshot", "revision", "owners"}`, then one line per change as it happens:
+//!   `"acquired"`, `"released"` and `"moved"` (with `"from"`, the owner before) carry an owner
+//!   `{"session", "node", "store", "epoch", "advertise", "lease_id", "revision",
+//!   "host_alive"}`; `"host_joined"` and `"host_gone"` (with `"sessions"`, how many it still
+//!   owned) carry `{"store", "node", "advertise", "revision"}`; `"missed"` carries
+//!   `"changes"`, how many this output fell behind by.
 //! - `hosts --json`: `{"hosts": [host…]}`, each host `{"store", "node", "advertise",
 //!   "metadata_hex", "max_sessions", "sessions", "started_at", "lease_id"}` where
 //!   `advertise`, `max_sessions` and `started_at` (RFC 3339, the host's clock) may be `null`
@@ -39,11 +46,16 @@ use serde_json::{Value, json};
 
 use super::{Common, Failure};
 
+mod watch;
+
 #[derive(Args)]
 pub(crate) struct OwnersArgs {
     /// Print JSON (see the schema in `leasehold --help`).
     #[arg(long)]
     json: bool,
+    /// Then print each change of ownership as it happens (from a watch), until interrupted.
+    #[arg(long)]
+    watch: bool,
 }
 
 #[derive(Args)]
@@ -248,6 +260,9 @@ impl From<&Owner> for OwnerJson {
 
 pub(crate) async fn owners(common: &Common, args: &OwnersArgs) -> Result<(), Failure> {
     let admin = admin(common).await?;
+    if args.watch {
+        return watch::owners_watch(&admin, args.json).await;
+    }
     let owners = admin
         .owners()
         .await
