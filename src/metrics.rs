@@ -23,7 +23,7 @@
 //! | `leasehold_nospace_alarms_total` | counter | | times etcd's NOSPACE alarm stopped the store's writes: a write refused for space after one accepted (or none yet) |
 //! | `leasehold_sidecar_streams` | gauge | | `Attach` streams open on a sidecar (`leasehold serve`) of the store |
 //! | `leasehold_sidecar_sessions` | gauge | | sessions owned through those streams |
-//! | `leasehold_sidecar_calls_total` | counter | `rpc`: `attach`, `append`, `replay`, `validate`; `code`: the gRPC code answered (`OK`, `FAILED_PRECONDITION`, …) | the sidecar's calls, by how they were answered (a stream's at its start) |
+//! | `leasehold_sidecar_calls_total` | counter | `rpc`: `attach`, `append`, `replay`, `validate`, `owner`, `watch_owners`; `code`: the gRPC code answered (`OK`, `FAILED_PRECONDITION`, …) | the sidecar's calls, by how they were answered (a stream's at its start) |
 //! | `leasehold_sidecar_retries_total` | counter | `answer`: `remembered`, `settled`, `unknown` | appends with a request id seen before: answered what the first call came to, settled by a read of etcd, or still unknown |
 //!
 //! The NOSPACE pair follows what etcd answers the store's appends and acquisitions (see

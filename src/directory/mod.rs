@@ -311,6 +311,13 @@ impl OwnerDirectory {
         self.shared.read().owner_of(session)
     }
 
+    /// `session`'s owner with the revision the directory is etcd's owner keys at, read under
+    /// one lock: the owner (or its absence) is etcd's at that revision.
+    pub fn owner_at(&self, session: Uuid) -> (Option<Owner>, i64) {
+        let state = self.shared.read();
+        (state.owner_of(session), state.revision)
+    }
+
     /// Every owner, with the revision they are etcd's at (read under one lock).
     pub fn snapshot(&self) -> Snapshot {
         let state = self.shared.read();

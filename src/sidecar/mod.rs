@@ -31,6 +31,7 @@ pub mod proto {
 }
 
 mod attach;
+mod owners;
 pub(crate) mod refusal;
 mod replay;
 pub mod requests;
@@ -54,8 +55,9 @@ use crate::lease::{Epoch, Lease};
 use crate::store::Store;
 use proto::leasehold_server::{Leasehold, LeaseholdServer};
 use proto::{
-    AppendRequest, AppendResponse, AttachRequest, AttachResponse, ReplayRequest, ReplayResponse,
-    ValidateRequest, ValidateResponse,
+    AppendRequest, AppendResponse, AttachRequest, AttachResponse, OwnerChange, OwnerRequest,
+    OwnerResponse, ReplayRequest, ReplayResponse, ValidateRequest, ValidateResponse,
+    WatchOwnersRequest,
 };
 use refusal::Refusal;
 use requests::{Begun, Outcome, Requests};
@@ -129,6 +131,8 @@ struct Inner {
     /// Cancelled by [`Sidecar::shutdown`]: every stream releases its sessions and ends.
     stop: CancellationToken,
     streams: TaskTracker,
+    /// The owner directory of `Owner` and `WatchOwners`, started by the first of them.
+    directory: tokio::sync::OnceCell<crate::directory::OwnerDirectory>,
 }
 
 #[derive(Default)]
@@ -207,6 +211,7 @@ impl Sidecar {
                 sessions: Mutex::new(Sessions::default()),
                 stop: CancellationToken::new(),
                 streams: TaskTracker::new(),
+                directory: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -431,6 +436,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 impl Leasehold for Sidecar {
     type AttachStream = BoxStream<AttachResponse>;
     type ReplayStream = BoxStream<ReplayResponse>;
+    type WatchOwnersStream = BoxStream<OwnerChange>;
 
     async fn attach(
         &self,
@@ -465,6 +471,24 @@ impl Leasehold for Sidecar {
     ) -> Result<Response<ValidateResponse>, Status> {
         let answered = self.validate_call(request.into_inner()).await;
         self.record("validate", &answered);
+        answered
+    }
+
+    async fn owner(
+        &self,
+        request: Request<OwnerRequest>,
+    ) -> Result<Response<OwnerResponse>, Status> {
+        let answered = self.owner_call(request.into_inner()).await;
+        self.record("owner", &answered);
+        answered
+    }
+
+    async fn watch_owners(
+        &self,
+        request: Request<WatchOwnersRequest>,
+    ) -> Result<Response<Self::WatchOwnersStream>, Status> {
+        let answered = self.watch_owners_call(request.into_inner()).await;
+        self.record("watch_owners", &answered);
         answered
     }
 }
