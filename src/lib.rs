@@ -129,7 +129,7 @@ pub use etcd::{
     ConnectError, ConnectOptions, Connection, Credentials, EtcdError, FailureClass, MINIMUM_ETCD,
     MemberStatus, RetryPolicy, TlsOptions, WritePolicy, etcd_metric,
 };
-pub use host::{GiveUp, HostEvent, HostOptions, NotOwner, Route, SessionHost};
+pub use host::{GiveUp, HostEvent, HostEvents, HostOptions, NotOwner, Route, SessionHost};
 pub use journal::{
     AppendError, Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLeaseLostError,
     JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError, Record, Replay, ReplayError,

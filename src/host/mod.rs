@@ -95,6 +95,18 @@ use balance::{balance, leave_bound};
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
 pub use route::{NotOwner, Route};
+
+/// How many [`HostEvent`]s a receiver of [`SessionHost::events`] may fall behind by before it
+/// misses some.
+pub const HOST_EVENTS_BUFFERED: usize = 1024;
+
+/// The events of a [`SessionHost`], from when [`events`](SessionHost::events) was called: a
+/// `tokio` broadcast receiver holding up to [`HOST_EVENTS_BUFFERED`] events. A receiver that
+/// falls further behind gets `Err(RecvError::Lagged(n))` once (it missed the `n` oldest) and
+/// then the events after them; `recv` returns `Err(RecvError::Closed)` only once the host is
+/// gone. So a loop `while let Ok(event) = events.recv().await` stops at the first lag: match
+/// `Lagged` and go on (and re-read [`held`](SessionHost::held) for what was missed).
+pub type HostEvents = broadcast::Receiver<HostEvent>;
 use session::host_session;
 
 /// Keeps sessions owned and worked on; see the [module docs](self).
@@ -192,7 +204,7 @@ impl SessionHost {
             cap: watch::Sender::new(0),
             freed: watch::Sender::new(()),
             recount: Notify::new(),
-            events: broadcast::Sender::new(1024),
+            events: broadcast::Sender::new(HOST_EVENTS_BUFFERED),
             host_key,
             host_value,
             leaving: CancellationToken::new(),
@@ -259,8 +271,9 @@ impl SessionHost {
         *self.inner.cap.borrow()
     }
 
-    /// What happens to the hosted sessions, from now on.
-    pub fn events(&self) -> broadcast::Receiver<HostEvent> {
+    /// What happens to the hosted sessions, from now on: see [`HostEvents`] for how many are
+    /// buffered and what a receiver that falls behind is told.
+    pub fn events(&self) -> HostEvents {
         self.inner.events.subscribe()
     }
 

@@ -101,11 +101,12 @@ impl HostOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GiveUp {
-    /// The lease was lost.
+    /// The lease was lost (also when the work returned because it saw the loss).
     Lost(LossReason),
-    /// The journal broke (fenced, or an append's outcome could not be settled).
+    /// The journal broke (fenced, or an append's outcome could not be settled; also when the
+    /// work returned because it saw the journal break).
     JournalBroken,
-    /// The user's work returned on its own.
+    /// The user's work returned on its own, its lease valid and its journal sound.
     WorkDone,
     /// The host is over its share and handed the session over.
     Shed,

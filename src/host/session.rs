@@ -188,7 +188,7 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
         () = rig.journal().broken() => GiveUp::JournalBroken,
         _ = shed.cancelled() => GiveUp::Shed,
         _ = stop.cancelled() => GiveUp::Stopped,
-        _ = &mut work => GiveUp::WorkDone,
+        _ = &mut work => work_done(&rig),
     };
     token.cancel();
     if !work.is_finished()
@@ -208,6 +208,21 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
         why,
         result,
     });
+}
+
+/// Why work that returned by itself gave the session up: the loss or the broken journal it
+/// saw, if it returned because of one (work that watches [`Rig::lost`] itself returns first).
+fn work_done(rig: &Rig) -> GiveUp {
+    if let Some(reason) = rig.ownership().loss_reason() {
+        GiveUp::Lost(reason)
+    } else if !rig.is_valid() {
+        // Its validity deadline passed; the loss is about to be signalled, as expired.
+        GiveUp::Lost(crate::lease::LossReason::Expired)
+    } else if rig.journal().is_broken() {
+        GiveUp::JournalBroken
+    } else {
+        GiveUp::WorkDone
+    }
 }
 
 #[cfg(test)]
