@@ -23,8 +23,12 @@ pub struct Host {
     pub advertise: Option<String>,
     /// The host's metadata (empty if none).
     pub metadata: Vec<u8>,
-    /// The most sessions it may hold (`HostOptions::max_sessions`), if capped.
+    /// The most sessions it may hold (`HostOptions::max_sessions`), if capped; 0 while it
+    /// drains.
     pub max_sessions: Option<usize>,
+    /// Whether it is draining ([`SessionHost::drain`](crate::SessionHost::drain)): it takes
+    /// no sessions, and the others' shares leave it out.
+    pub draining: bool,
     /// How many sessions its store holds, at the same revision.
     pub sessions: usize,
     /// When the host started, by its own clock (`None` for hosts of releases that did not
@@ -71,6 +75,7 @@ impl Admin {
                     node: value.node,
                     advertise: value.advertise,
                     metadata: value.metadata,
+                    draining: value.max == Some(0),
                     max_sessions: value.max,
                     lease_id: kv.lease(),
                 })

@@ -19,8 +19,9 @@
 //!   owned) carry `{"store", "node", "advertise", "revision"}`; `"missed"` carries
 //!   `"changes"`, how many this output fell behind by.
 //! - `hosts --json`: `{"hosts": [host…]}`, each host `{"store", "node", "advertise",
-//!   "metadata_hex", "max_sessions", "sessions", "started_at", "lease_id"}` where
-//!   `advertise`, `max_sessions` and `started_at` (RFC 3339, the host's clock) may be `null`
+//!   "metadata_hex", "max_sessions", "draining", "sessions", "started_at", "lease_id"}` where
+//!   `advertise`, `max_sessions` (0 while draining) and `started_at` (RFC 3339, the host's
+//!   clock) may be `null`
 //!   and `metadata_hex` is `""` without metadata.
 //! - `journal show --json`: JSON Lines, one object per record: `{"seq", "epoch", "kind"}`
 //!   with `kind` `"event"` or `"fence"`; an event adds `"payload"` (UTF-8 text) or, when the
@@ -305,6 +306,7 @@ struct HostJson {
     advertise: Option<String>,
     metadata_hex: String,
     max_sessions: Option<usize>,
+    draining: bool,
     sessions: usize,
     started_at: Option<String>,
     lease_id: i64,
@@ -318,6 +320,7 @@ impl From<&Host> for HostJson {
             advertise: host.advertise.clone(),
             metadata_hex: hex(&host.metadata),
             max_sessions: host.max_sessions,
+            draining: host.draining,
             sessions: host.sessions,
             started_at: host
                 .started_at
@@ -351,8 +354,11 @@ pub(crate) async fn hosts(common: &Common, args: &HostsArgs) -> Result<(), Failu
             host.node.clone(),
             host.advertise.clone().unwrap_or_else(|| "-".to_owned()),
             host.sessions.to_string(),
-            host.max_sessions
-                .map_or_else(|| "-".to_owned(), |max| max.to_string()),
+            match host.max_sessions {
+                _ if host.draining => "draining".to_owned(),
+                Some(max) => max.to_string(),
+                None => "-".to_owned(),
+            },
             host.started_at.map_or_else(|| "-".to_owned(), ago),
             host.store.to_string(),
         ]);

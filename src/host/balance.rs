@@ -21,12 +21,12 @@ impl Inner {
     /// settles it, the node lease stops being valid (then it is lost, and the key with it), or
     /// the store closes (which revokes the node lease), so no send of it is still on its way
     /// when the leave's delete goes out.
-    async fn register(&self) -> Option<(Arc<NodeLease>, bool)> {
+    async fn register(&self, value: &str) -> Option<(Arc<NodeLease>, bool)> {
         let shared = self.store.shared();
         let node = shared.current_node().filter(|node| node.is_valid())?;
         let txn = Txn::new().and_then([TxnOp::put(
             self.host_key.as_str(),
-            self.host_value.as_str(),
+            value,
             Some(PutOptions::new().with_lease(node.id)),
         )]);
         let written = write::send(
@@ -41,6 +41,15 @@ impl Inner {
         .await;
         let replied = matches!(written, Written::Replied(_));
         Some((node, replied))
+    }
+
+    /// What this host's key should hold now: its maximum is 0 while it drains.
+    fn value_now(&self) -> String {
+        let mut value = self.host_value.clone();
+        if self.draining.load(Ordering::Acquire) {
+            value.max = Some(0);
+        }
+        value.encode()
     }
 
     /// The live hosts, sorted by key, at one revision: each key and its maximum.
@@ -88,20 +97,23 @@ impl Inner {
 /// alone, one after the other, so the delete always comes after the last put.
 pub(super) async fn balance(inner: Arc<Inner>) {
     let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
-    let mut registered_on = None;
-    // The node lease of the last put sent: the key, if it exists, is attached to it.
-    let mut written_on: Option<Arc<NodeLease>> = None;
+    // The node lease and value of the last put a reply confirmed.
+    let mut registered: Option<(i64, String)> = None;
+    // The node lease and value of the last put sent: the key, if it exists, is attached to it
+    // and holds that value (or an earlier one, if that put was never applied).
+    let mut written: Option<(Arc<NodeLease>, String)> = None;
     loop {
         let node = inner.store.node_lease_id();
-        if node.is_some()
-            && registered_on != node
+        let value = inner.value_now();
+        if let Some(node) = node
+            && registered.as_ref() != Some(&(node, value.clone()))
             && !inner.leaving.is_cancelled()
-            && let Some((lease, replied)) = inner.register().await
+            && let Some((lease, replied)) = inner.register(&value).await
         {
             if replied {
-                registered_on = Some(lease.id);
+                registered = Some((lease.id, value.clone()));
             }
-            written_on = Some(lease);
+            written = Some((lease, value.clone()));
         }
         if inner.leaving.is_cancelled() {
             break;
@@ -119,10 +131,12 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 });
             let maxima: Vec<Option<usize>> = hosts.iter().map(|(_, max)| *max).collect();
             let share = shares(wanted, &maxima)[rank];
-            let cap = inner
-                .options
-                .max_sessions
-                .map_or(share, |max| share.min(max));
+            let draining = inner.draining.load(Ordering::Acquire);
+            let cap = match inner.options.max_sessions {
+                _ if draining => 0,
+                Some(max) => share.min(max),
+                None => share,
+            };
             let live = hosts.len();
             if inner
                 .cap
@@ -136,7 +150,12 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                     "session host share"
                 );
             }
-            inner.shed_to(cap);
+            // A drain sheds only once the key says so: the others then count this host out
+            // of the balance, and have room for what it sheds.
+            let drain_said = registered.as_ref().is_some_and(|(_, said)| *said == value);
+            if !draining || drain_said {
+                inner.shed_to(cap);
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -144,23 +163,23 @@ pub(super) async fn balance(inner: Arc<Inner>) {
             _ = inner.leaving.cancelled() => break,
         }
     }
-    inner.leave(written_on).await;
+    inner.leave(written).await;
     inner.left.cancel();
 }
 
 impl Inner {
     /// Hands this host's share over: takes no more sessions and deletes the host's key (put
-    /// last on `node`), so the other hosts' shares grow. The delete is guarded by this host's
+    /// last on `node`, with `value`), so the other hosts' shares grow. The delete is guarded by this host's
     /// value and tried for at most three write attempts here; one not confirmed by then is
     /// handed to the store's background deletes, which re-send it until it is confirmed or
     /// `node` is lost (its end deletes the key).
-    async fn leave(&self, node: Option<Arc<NodeLease>>) {
+    async fn leave(&self, written: Option<(Arc<NodeLease>, String)>) {
         self.cap.send_replace(0);
-        let Some(node) = node.filter(|node| !node.is_lost()) else {
+        let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) else {
             return;
         };
         let shared = self.store.shared();
-        let delete = Delete::holding(self.host_key.as_str(), self.host_value.as_str());
+        let delete = Delete::holding(self.host_key.as_str(), value.as_str());
         let until = Instant::now().checked_add(leave_bound(&shared.write));
         let written = write::send(
             &shared.connection,

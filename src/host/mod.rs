@@ -48,6 +48,16 @@
 //! acquisition or open failed, for its pause), so standbys never keep a host from owning its
 //! share. A session freed while a host is full makes it list the hosts again at once.
 //!
+//! # Draining
+//!
+//! [`drain`](SessionHost::drain) empties a host without stopping it: the host rewrites its key
+//! with a maximum of 0, and once a reply confirms it, sheds every session in order. The other
+//! hosts, listing the keys, leave it out of the shares (a maximum of 0 takes none), so their
+//! shares grow as its sessions are freed, and their standbys take each after one watch event.
+//! While draining the host takes nothing; [`undrain`](SessionHost::undrain) writes its maximum
+//! back, and its share returns as the others shed. Hosts of earlier releases read the drain the
+//! same way (it is only a maximum), and `Admin::hosts` shows it (`draining`).
+//!
 //! # Leaving
 //!
 //! A host leaves when it is shut down or dropped (its store may live on: the key would
@@ -80,6 +90,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::sync::{Notify, broadcast, watch};
@@ -95,6 +106,7 @@ use balance::{balance, leave_bound};
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
 pub use route::{NotOwner, Route};
+use session::host_session;
 
 /// How many [`HostEvent`]s a receiver of [`SessionHost::events`] may fall behind by before it
 /// misses some.
@@ -107,7 +119,6 @@ pub const HOST_EVENTS_BUFFERED: usize = 1024;
 /// gone. So a loop `while let Ok(event) = events.recv().await` stops at the first lag: match
 /// `Lagged` and go on (and re-read [`held`](SessionHost::held) for what was missed).
 pub type HostEvents = broadcast::Receiver<HostEvent>;
-use session::host_session;
 
 /// Keeps sessions owned and worked on; see the [module docs](self).
 ///
@@ -148,8 +159,11 @@ struct Inner {
     events: broadcast::Sender<HostEvent>,
     host_key: String,
     /// What this host writes into its key: unique to this host (it carries a nonce), so the
-    /// leave's delete, guarded by it, deletes this host's registration and no other.
-    host_value: String,
+    /// leave's delete, guarded by it, deletes this host's registration and no other. While
+    /// draining, its maximum is written as 0.
+    host_value: HostValue,
+    /// Set by [`SessionHost::drain`], cleared by [`SessionHost::undrain`].
+    draining: std::sync::atomic::AtomicBool,
     /// Cancelled when the host starts leaving: the balance loop registers no more and deletes
     /// the host's key.
     leaving: CancellationToken,
@@ -191,8 +205,7 @@ impl SessionHost {
             node: store.node().to_owned(),
             advertise: store.advertise().map(str::to_owned),
             metadata: store.shared().metadata.clone(),
-        }
-        .encode();
+        };
         let inner = Arc::new(Inner {
             store,
             options,
@@ -207,6 +220,7 @@ impl SessionHost {
             events: broadcast::Sender::new(HOST_EVENTS_BUFFERED),
             host_key,
             host_value,
+            draining: std::sync::atomic::AtomicBool::new(false),
             leaving: CancellationToken::new(),
             left: CancellationToken::new(),
             shutdown: CancellationToken::new(),
@@ -259,6 +273,33 @@ impl SessionHost {
         lock(&self.inner.owned)
             .get(&session)
             .map(|owned| owned.rig.clone())
+    }
+
+    /// Hands every owned session over, in order, and takes no new ones, without stopping the
+    /// host or its store; returns once it holds none. The host's key says so (its maximum
+    /// written as 0) before the first session is shed, so the other hosts' shares grow at once
+    /// and each shed session is taken by a standby after one watch event. Dropping the future
+    /// does not stop the drain; [`undrain`](Self::undrain) does.
+    pub async fn drain(&self) {
+        let inner = &self.inner;
+        inner.draining.store(true, Ordering::Release);
+        inner.recount.notify_one();
+        let mut freed = inner.freed.subscribe();
+        while inner.slots.load(Ordering::Acquire) > 0 && inner.draining.load(Ordering::Acquire) {
+            // A slot frees as each session's shutdown completes; the timeout is a backstop.
+            let _ = tokio::time::timeout(Duration::from_millis(100), freed.changed()).await;
+        }
+    }
+
+    /// Takes this host's share back after a [`drain`](Self::drain).
+    pub fn undrain(&self) {
+        self.inner.draining.store(false, Ordering::Release);
+        self.inner.recount.notify_one();
+    }
+
+    /// Whether the host is draining.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
     }
 
     /// The number of sessions this host owns now.
