@@ -9,6 +9,8 @@
 //!   tip, read at one revision.
 //! - [`directory`](Admin::directory): an [`OwnerDirectory`], who owns what kept current by a
 //!   watch, for routers.
+//! - [`drain`](Admin::drain) and [`undrain`](Admin::undrain): ask a running session host to
+//!   hand its sessions over, or to take its share back.
 //! - [`hosts`](Admin::hosts): every live session host, with its advertised address and how
 //!   many sessions it holds.
 //! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
@@ -62,7 +64,9 @@ pub struct NamespaceStatus {
     pub keys: u64,
 }
 
+mod drain;
 mod hosts;
+pub use drain::DrainError;
 pub use hosts::Host;
 
 /// Concurrent reads when gathering tips and lease TTLs.

@@ -12,6 +12,7 @@
 //! | `{ns}/journals/{session}/base` | the first sequence number a trimmed journal keeps |
 //! | `{ns}/workspaces/{id}` | workspace-root ownership |
 //! | `{ns}/hosts/{store}` | a live [`SessionHost`](crate::SessionHost), attached to its node lease |
+//! | `{ns}/drains/{store}` | a request that the host of that store drain ([`Admin::drain`](crate::Admin::drain)), attached to its node lease |
 //!
 //! Owner keys have a prefix of their own so that one watch per node on `{ns}/owners/` sees
 //! every ownership change and nothing else. Sequence numbers are zero-padded to 20 digits (the
@@ -144,6 +145,12 @@ impl Namespace {
     /// `{ns}/hosts/{store}`: one live session host, attached to its store's node lease.
     pub fn host_key(&self, store: Uuid) -> String {
         format!("{}/hosts/{}", self.0, store.hyphenated())
+    }
+
+    /// `{ns}/drains/{store}`: a request that the session host of `store` drain, attached to
+    /// its store's node lease. Not under `{ns}/hosts/`, where every key counts as a host.
+    pub fn drain_key(&self, store: Uuid) -> String {
+        format!("{}/drains/{}", self.0, store.hyphenated())
     }
 }
 

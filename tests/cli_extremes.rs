@@ -54,6 +54,7 @@ const NOT_NUMERIC: &[&str] = &[
     "listen-key",
     "listen-client-ca",
     "advertise",
+    "store",
 ];
 
 /// Beside the flag under test, what each command needs to get as far as it can.
@@ -64,6 +65,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
         ["node"] => &["--sessions", "1"],
         ["serve"] => &["--listen", "127.0.0.1:0"],
         ["bench"] => &["append"],
+        ["drain"] | ["undrain"] => &["n1"],
         ["journal", "show"] => &[SESSION],
         ["journal", "trim"] => &[SESSION, "--before", "1"],
         ["journal", "delete"] | ["revoke"] => &[SESSION, "--yes"],

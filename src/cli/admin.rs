@@ -1,4 +1,5 @@
-//! The operator's commands: `owners`, `hosts`, `journal show|trim|delete`, `revoke`, `check`.
+//! The operator's commands: `owners`, `hosts`, `drain`, `undrain`, `journal show|trim|delete`,
+//! `revoke`, `check`.
 //!
 //! Each is a thin command over [`leasehold::admin::Admin`]: it needs a connection to etcd,
 //! never a node lease. Human output is aligned tables with relative times; `--json` prints one
@@ -47,7 +48,18 @@ use serde_json::{Value, json};
 
 use super::{Common, Failure};
 
+mod drain;
 mod watch;
+
+pub(crate) use drain::{DrainArgs, UndrainArgs};
+
+pub(crate) async fn drain(common: &Common, args: &DrainArgs) -> Result<(), Failure> {
+    drain::drain(&admin(common).await?, args).await
+}
+
+pub(crate) async fn undrain(common: &Common, args: &UndrainArgs) -> Result<(), Failure> {
+    drain::undrain(&admin(common).await?, args).await
+}
 
 #[derive(Args)]
 pub(crate) struct OwnersArgs {

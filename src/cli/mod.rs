@@ -202,6 +202,11 @@ enum Command {
     Owners(admin::OwnersArgs),
     /// The live session hosts: node, advertised address, sessions held, since when.
     Hosts(admin::HostsArgs),
+    /// Ask a running session host to hand every session over, in order, and take none until
+    /// undrained (the others take its share at once); --wait returns once it holds none.
+    Drain(admin::DrainArgs),
+    /// Ask a drained session host to take its share back.
+    Undrain(admin::UndrainArgs),
     /// Read, trim or delete a session's journal.
     #[command(subcommand)]
     Journal(admin::JournalCommand),
@@ -477,6 +482,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Bench(args) => bench::run(&cli.common, args).await,
         Command::Owners(args) => admin::owners(&cli.common, args).await,
         Command::Hosts(args) => admin::hosts(&cli.common, args).await,
+        Command::Drain(args) => admin::drain(&cli.common, args).await,
+        Command::Undrain(args) => admin::undrain(&cli.common, args).await,
         Command::Journal(command) => admin::journal(&cli.common, command).await,
         Command::Revoke(args) => admin::revoke(&cli.common, args).await,
         Command::Check(args) => admin::check(&cli.common, args).await,

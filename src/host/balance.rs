@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp};
+use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
 use super::{Inner, lock};
@@ -46,35 +46,50 @@ impl Inner {
     /// What this host's key should hold now: its maximum is 0 while it drains.
     fn value_now(&self) -> String {
         let mut value = self.host_value.clone();
-        if self.draining.load(Ordering::Acquire) {
+        if self.is_draining() {
             value.max = Some(0);
         }
         value.encode()
     }
 
-    /// The live hosts, sorted by key, at one revision: each key and its maximum.
-    async fn live_hosts(&self) -> Option<Vec<(Vec<u8>, Option<usize>)>> {
+    /// The live hosts, sorted by key, at one revision: each key and its maximum; and whether
+    /// a drain of this host is asked for ([`Admin::drain`](crate::Admin::drain)), read in the
+    /// same transaction.
+    async fn live_hosts(&self) -> Option<(Vec<(Vec<u8>, Option<usize>)>, bool)> {
         let prefix = self.store.namespace().hosts_prefix();
+        let drain_key = self.store.namespace().drain_key(self.store.id());
         let options = GetOptions::new().with_range(prefix_end(&prefix));
+        let txn = Txn::new().and_then([
+            TxnOp::get(prefix.as_str(), Some(options)),
+            TxnOp::get(drain_key.as_str(), None),
+        ]);
         let read = self
             .store
             .connection()
             .read("list hosts", |mut client: KvClient, _| {
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { client.get(prefix, Some(options)).await }
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
             });
         let response = tokio::select! {
             response = read => response.ok()?,
             _ = self.leaving.cancelled() => return None,
             _ = self.shutdown.cancelled() => return None,
         };
-        Some(
-            response
-                .kvs()
-                .iter()
-                .map(|kv| (kv.key().to_vec(), HostValue::decode(kv.value()).max))
-                .collect(),
-        )
+        let mut gets = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            });
+        let hosts = gets
+            .next()?
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key().to_vec(), HostValue::decode(kv.value()).max))
+            .collect();
+        let drain_asked = gets.next().is_some_and(|get| !get.kvs().is_empty());
+        Some((hosts, drain_asked))
     }
 
     /// Sheds owned sessions until at most `cap` are held.
@@ -118,7 +133,16 @@ pub(super) async fn balance(inner: Arc<Inner>) {
         if inner.leaving.is_cancelled() {
             break;
         }
-        if let Some(mut hosts) = inner.live_hosts().await {
+        if let Some((mut hosts, drain_asked)) = inner.live_hosts().await {
+            if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
+                tracing::info!(
+                    node = inner.store.node(),
+                    drain_asked,
+                    "a drain of this host is asked for (or withdrawn)"
+                );
+                // The key is written again (its maximum) at the next tick.
+                inner.recount.notify_one();
+            }
             let wanted = lock(&inner.wanted).len();
             let own = inner.host_key.as_bytes();
             // Not (yet) listed: count itself, last.
@@ -131,7 +155,7 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 });
             let maxima: Vec<Option<usize>> = hosts.iter().map(|(_, max)| *max).collect();
             let share = shares(wanted, &maxima)[rank];
-            let draining = inner.draining.load(Ordering::Acquire);
+            let draining = inner.is_draining();
             let cap = match inner.options.max_sessions {
                 _ if draining => 0,
                 Some(max) => share.min(max),

@@ -164,6 +164,9 @@ struct Inner {
     host_value: HostValue,
     /// Set by [`SessionHost::drain`], cleared by [`SessionHost::undrain`].
     draining: std::sync::atomic::AtomicBool,
+    /// Whether a drain is asked for through etcd ([`Admin::drain`](crate::Admin::drain)), as
+    /// the last balance tick read it.
+    drain_asked: std::sync::atomic::AtomicBool,
     /// Cancelled when the host starts leaving: the balance loop registers no more and deletes
     /// the host's key.
     leaving: CancellationToken,
@@ -178,6 +181,12 @@ struct Inner {
 struct Owned {
     rig: Arc<Rig>,
     shed: CancellationToken,
+}
+
+impl Inner {
+    fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire) || self.drain_asked.load(Ordering::Acquire)
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -221,6 +230,7 @@ impl SessionHost {
             host_key,
             host_value,
             draining: std::sync::atomic::AtomicBool::new(false),
+            drain_asked: std::sync::atomic::AtomicBool::new(false),
             leaving: CancellationToken::new(),
             left: CancellationToken::new(),
             shutdown: CancellationToken::new(),
@@ -285,21 +295,23 @@ impl SessionHost {
         inner.draining.store(true, Ordering::Release);
         inner.recount.notify_one();
         let mut freed = inner.freed.subscribe();
-        while inner.slots.load(Ordering::Acquire) > 0 && inner.draining.load(Ordering::Acquire) {
+        while inner.slots.load(Ordering::Acquire) > 0 && inner.is_draining() {
             // A slot frees as each session's shutdown completes; the timeout is a backstop.
             let _ = tokio::time::timeout(Duration::from_millis(100), freed.changed()).await;
         }
     }
 
-    /// Takes this host's share back after a [`drain`](Self::drain).
+    /// Takes this host's share back after a [`drain`](Self::drain) (a drain asked for through
+    /// etcd goes on until it is withdrawn: [`Admin::undrain`](crate::Admin::undrain)).
     pub fn undrain(&self) {
         self.inner.draining.store(false, Ordering::Release);
         self.inner.recount.notify_one();
     }
 
-    /// Whether the host is draining.
+    /// Whether the host is draining: by [`drain`](Self::drain), or because a drain is asked
+    /// for through etcd ([`Admin::drain`](crate::Admin::drain), `leasehold drain`).
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::Acquire)
+        self.inner.is_draining()
     }
 
     /// The number of sessions this host owns now.

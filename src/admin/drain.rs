@@ -1,0 +1,93 @@
+//! [`Admin::drain`] and [`Admin::undrain`]: asking a running session host to hand its sessions
+//! over, or to take its share back.
+//!
+//! A drain request is a key `{ns}/drains/{store}` attached to the host's node lease, so it goes
+//! with the host's store. Every host reads its own with the host keys, at each balance tick (at
+//! most 1 s apart), and drains while it exists, as
+//! [`SessionHost::drain`](crate::SessionHost::drain) does.
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use uuid::Uuid;
+
+use super::{Admin, Host};
+use crate::etcd::EtcdError;
+use crate::etcd::write::{self, Written};
+
+/// Asking a host to drain or undrain failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DrainError {
+    /// No live host has that store id (its key is gone, or it never registered). Nothing was
+    /// written. Permanent until such a host registers.
+    #[error("no live session host with store {store}")]
+    NotLive {
+        /// The store id asked for.
+        store: Uuid,
+    },
+    /// etcd failed; the request may or may not have been written. Repeating is safe.
+    #[error("asking the host failed")]
+    Etcd(#[source] EtcdError),
+}
+
+impl Admin {
+    /// Asks the live host of store `store` to drain: it hands every session over in order and
+    /// takes none until [`undrain`](Self::undrain)ed (or its store's node lease ends). Written
+    /// only if the host's key is still there, attached to the same node lease; returns the host
+    /// as it was read.
+    pub async fn drain(&self, store: Uuid) -> Result<Host, DrainError> {
+        let host = self
+            .hosts()
+            .await
+            .map_err(DrainError::Etcd)?
+            .into_iter()
+            .find(|host| host.store == store)
+            .ok_or(DrainError::NotLive { store })?;
+        let host_key = self.namespace.host_key(store);
+        let txn = Txn::new()
+            .when([Compare::lease(
+                host_key.as_str(),
+                CompareOp::Equal,
+                host.lease_id,
+            )])
+            .and_then([TxnOp::put(
+                self.namespace.drain_key(store),
+                "drain",
+                Some(PutOptions::new().with_lease(host.lease_id)),
+            )]);
+        match self.send("drain", &txn).await? {
+            true => Ok(host),
+            false => Err(DrainError::NotLive { store }),
+        }
+    }
+
+    /// Withdraws a drain request of store `store` (nothing happens if there is none): the host
+    /// takes its share back at its next balance tick.
+    pub async fn undrain(&self, store: Uuid) -> Result<(), DrainError> {
+        let txn = Txn::new().and_then([TxnOp::delete(self.namespace.drain_key(store), None)]);
+        self.send("undrain", &txn).await.map(|_| ())
+    }
+
+    /// Sends `txn` through the one write path: whether it succeeded (its compares held).
+    async fn send(&self, operation: &'static str, txn: &Txn) -> Result<bool, DrainError> {
+        let authority = self.authority();
+        let written = write::send(
+            &self.connection,
+            &self.policy,
+            operation,
+            txn,
+            None,
+            || authority.go_on(),
+            &self.stop,
+        )
+        .await;
+        match written {
+            Written::Replied(response) => Ok(response.succeeded()),
+            // No resolving read is given: an outcome left unknown is an error (repeating is
+            // safe: both requests are idempotent).
+            Written::Unknown(error)
+            | Written::Failed(error)
+            | Written::Refused { error, .. }
+            | Written::Resolved { unknown: error, .. } => Err(DrainError::Etcd(error)),
+        }
+    }
+}
