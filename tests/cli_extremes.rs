@@ -33,6 +33,7 @@ const NUMERIC: &[&str] = &[
     "rounds",
     "scale-sessions",
     "client-keepalive",
+    "weight",
 ];
 
 /// Flags that take a value that is not a number.

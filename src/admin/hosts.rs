@@ -29,6 +29,9 @@ pub struct Host {
     /// Whether it is draining ([`SessionHost::drain`](crate::SessionHost::drain)): it takes
     /// no sessions, and the others' shares leave it out.
     pub draining: bool,
+    /// Its weight in the balance (`HostOptions::weight`; 1 for hosts of releases before
+    /// weights).
+    pub weight: u32,
     /// How many sessions its store holds, at the same revision.
     pub sessions: usize,
     /// When the host started, by its own clock (`None` for hosts of releases that did not
@@ -76,6 +79,7 @@ impl Admin {
                     advertise: value.advertise,
                     metadata: value.metadata,
                     draining: value.max == Some(0),
+                    weight: value.weight,
                     max_sessions: value.max,
                     lease_id: kv.lease(),
                 })

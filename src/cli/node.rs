@@ -61,6 +61,10 @@ pub(crate) struct NodeArgs {
     /// Hold at most this many sessions, whatever the balance allows.
     #[arg(long)]
     max_sessions: Option<usize>,
+    /// This node's weight in the balance, 0 to 1000: its share of the sessions is proportional
+    /// to it among the live nodes (0 takes none).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(..=1000))]
+    weight: u32,
     /// Print a line for every acknowledged heartbeat append: its session, epoch, sequence
     /// number and beat (the payload is `heartbeat {node} epoch={epoch} beat={beat}`).
     #[arg(long)]
@@ -222,7 +226,7 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
         ),
     );
 
-    let mut options = HostOptions::default();
+    let mut options = HostOptions::default().with_weight(args.weight);
     if let Some(max) = args.max_sessions {
         options = options.with_max_sessions(max);
     }

@@ -31,6 +31,7 @@ fn host_key(store: Uuid, revision: i64) -> HostKey {
         revision,
         value: HostValue {
             max: None,
+            weight: 1,
             nonce: Uuid::now_v7(),
             node: format!("node {store}"),
             advertise: Some("http://127.0.0.1:1".into()),

@@ -52,10 +52,10 @@ impl Inner {
         value.encode()
     }
 
-    /// The live hosts, sorted by key, at one revision: each key and its maximum; and whether
+    /// The live hosts, sorted by key, at one revision: each key and its quota; and whether
     /// a drain of this host is asked for ([`Admin::drain`](crate::Admin::drain)), read in the
     /// same transaction.
-    async fn live_hosts(&self) -> Option<(Vec<(Vec<u8>, Option<usize>)>, bool)> {
+    async fn live_hosts(&self) -> Option<(Vec<(Vec<u8>, Quota)>, bool)> {
         let prefix = self.store.namespace().hosts_prefix();
         let drain_key = self.store.namespace().drain_key(self.store.id());
         let options = GetOptions::new().with_range(prefix_end(&prefix));
@@ -86,7 +86,14 @@ impl Inner {
             .next()?
             .kvs()
             .iter()
-            .map(|kv| (kv.key().to_vec(), HostValue::decode(kv.value()).max))
+            .map(|kv| {
+                let value = HostValue::decode(kv.value());
+                let quota = Quota {
+                    max: value.max,
+                    weight: value.weight,
+                };
+                (kv.key().to_vec(), quota)
+            })
             .collect();
         let drain_asked = gets.next().is_some_and(|get| !get.kvs().is_empty());
         Some((hosts, drain_asked))
@@ -150,11 +157,15 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 .iter()
                 .position(|(key, _)| key == own)
                 .unwrap_or_else(|| {
-                    hosts.push((own.to_vec(), inner.options.max_sessions));
+                    let quota = Quota {
+                        max: inner.options.max_sessions,
+                        weight: inner.options.weight,
+                    };
+                    hosts.push((own.to_vec(), quota));
                     hosts.len() - 1
                 });
-            let maxima: Vec<Option<usize>> = hosts.iter().map(|(_, max)| *max).collect();
-            let share = shares(wanted, &maxima)[rank];
+            let quotas: Vec<Quota> = hosts.iter().map(|(_, quota)| *quota).collect();
+            let share = weighted_shares(wanted, &quotas)[rank];
             let draining = inner.is_draining();
             let cap = match inner.options.max_sessions {
                 _ if draining => 0,
@@ -236,23 +247,49 @@ pub(super) fn leave_bound(policy: &WritePolicy) -> Duration {
     policy.attempt_timeout.saturating_mul(3)
 }
 
-/// The shares of `wanted` sessions among hosts (in key order) with these maxima: as even as
-/// the maxima allow (shares of hosts below their maximum differ by at most one, the earlier
-/// hosts taking the extra ones), adding up to `wanted` or to the sum of the maxima, whichever
-/// is less. Every host computes the same shares from the same list.
+/// What a host's key says of its share: its maximum, and its weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Quota {
+    pub(super) max: Option<usize>,
+    pub(super) weight: u32,
+}
+
+/// The shares of `wanted` sessions among hosts (in key order) with these maxima, all of weight
+/// 1; see [`weighted_shares`].
+#[cfg(test)]
 pub(super) fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
-    let mut shares = vec![0; maxima.len()];
-    let mut open: Vec<usize> = (0..maxima.len()).collect();
+    let quotas: Vec<Quota> = maxima.iter().map(|&max| Quota { max, weight: 1 }).collect();
+    weighted_shares(wanted, &quotas)
+}
+
+/// The shares of `wanted` sessions among hosts (in key order) with these quotas: proportional
+/// to the weights as far as the maxima allow (a host's share is `left · weight / Σ weights`,
+/// rounded down, the earlier hosts taking one more each until all are given; a host whose
+/// maximum is below that takes its maximum, and the rest share what is left the same way), so
+/// hosts of equal weight below their maximum differ by at most one; adding up to `wanted`, or
+/// to what the maxima and weights allow, whichever is less. Every host computes the same
+/// shares from the same list.
+pub(super) fn weighted_shares(wanted: usize, quotas: &[Quota]) -> Vec<usize> {
+    let mut shares = vec![0; quotas.len()];
+    // Hosts of weight 0 take nothing.
+    let mut open: Vec<usize> = (0..quotas.len())
+        .filter(|&h| quotas[h].weight > 0)
+        .collect();
     let mut left = wanted;
     while !open.is_empty() {
-        let (base, extra) = (left / open.len(), left % open.len());
-        let fair = |rank: usize| base + usize::from(rank < extra);
+        let total: u128 = open.iter().map(|&h| u128::from(quotas[h].weight)).sum();
+        let base: Vec<usize> = open
+            .iter()
+            .map(|&h| (left as u128 * u128::from(quotas[h].weight) / total) as usize)
+            .collect();
+        let extra = left - base.iter().sum::<usize>();
+        let fair = |rank: usize| base[rank] + usize::from(rank < extra);
         // Hosts whose maximum is below their fair share take their maximum; the rest share
         // what is left.
         let full: Vec<usize> = open
             .iter()
             .enumerate()
-            .filter(|&(rank, &host)| maxima[host].is_some_and(|max| max < fair(rank)))
+            .filter(|&(rank, &host)| quotas[host].max.is_some_and(|max| max < fair(rank)))
             .map(|(_, &host)| host)
             .collect();
         if full.is_empty() {
@@ -262,7 +299,7 @@ pub(super) fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
             break;
         }
         for &host in &full {
-            let max = maxima[host].unwrap_or(0);
+            let max = quotas[host].max.unwrap_or(0);
             shares[host] = max;
             left -= max;
         }
@@ -275,7 +312,7 @@ pub(super) fn shares(wanted: usize, maxima: &[Option<usize>]) -> Vec<usize> {
 mod tests {
     use std::time::Duration;
 
-    use super::{leave_bound, shares};
+    use super::{Quota, leave_bound, shares, weighted_shares};
     use crate::etcd::WritePolicy;
 
     #[test]
@@ -338,6 +375,52 @@ mod tests {
                         got.iter().sum::<usize>(),
                         wanted.min(a + b),
                         "{wanted} {maxima:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn quotas(weights: &[u32]) -> Vec<Quota> {
+        weights
+            .iter()
+            .map(|&weight| Quota { max: None, weight })
+            .collect()
+    }
+
+    #[test]
+    fn shares_follow_the_weights() {
+        assert_eq!(weighted_shares(300, &quotas(&[2, 1, 1])), [150, 75, 75]);
+        assert_eq!(weighted_shares(301, &quotas(&[1, 2, 1])), [76, 150, 75]);
+        assert_eq!(weighted_shares(10, &quotas(&[0, 1, 1])), [0, 5, 5]);
+        assert_eq!(weighted_shares(10, &quotas(&[0, 0])), [0, 0]);
+        assert_eq!(weighted_shares(7, &quotas(&[u32::MAX, u32::MAX])), [4, 3]);
+        // A capped heavy host leaves the rest to the others, by their weights.
+        let capped = [
+            Quota {
+                max: Some(10),
+                weight: 4,
+            },
+            Quota {
+                max: None,
+                weight: 1,
+            },
+            Quota {
+                max: None,
+                weight: 3,
+            },
+        ];
+        assert_eq!(weighted_shares(90, &capped), [10, 20, 60]);
+        for wanted in 0..60 {
+            for weights in [[1, 2, 3], [3, 0, 1], [5, 5, 1], [1, 1, 1]] {
+                let got = weighted_shares(wanted, &quotas(&weights));
+                assert_eq!(got.iter().sum::<usize>(), wanted, "{wanted} {weights:?}");
+                let total: u32 = weights.iter().sum();
+                for (share, weight) in got.iter().zip(weights) {
+                    let exact = wanted as f64 * f64::from(weight) / f64::from(total);
+                    assert!(
+                        (*share as f64 - exact).abs() < 1.0,
+                        "{wanted} {weights:?}: {got:?}"
                     );
                 }
             }

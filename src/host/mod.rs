@@ -48,6 +48,13 @@
 //! acquisition or open failed, for its pause), so standbys never keep a host from owning its
 //! share. A session freed while a host is full makes it list the hosts again at once.
 //!
+//! # Weights
+//!
+//! A host's [`HostOptions::weight`] (default 1) is written into its key (host value version
+//! 3, only when it is not 1), and shares are proportional to the weights: `left · weight /
+//! Σ weights`, rounded down, the earlier hosts taking one more each until all are given, a
+//! host whose maximum is below that taking its maximum. Weight 0 takes nothing.
+//!
 //! # Draining
 //!
 //! [`drain`](SessionHost::drain) empties a host without stopping it: the host rewrites its key
@@ -210,6 +217,7 @@ impl SessionHost {
         let host_key = store.namespace().host_key(store.shared().id);
         let host_value = HostValue {
             max: options.max_sessions,
+            weight: options.weight,
             nonce: Uuid::now_v7(),
             node: store.node().to_owned(),
             advertise: store.advertise().map(str::to_owned),

@@ -24,6 +24,9 @@ pub(super) type WorkspaceOf = Arc<dyn Fn(Uuid) -> String + Send + Sync>;
 pub struct HostOptions {
     /// The most sessions this host holds, whatever the balance allows. Default: no limit.
     pub max_sessions: Option<usize>,
+    /// This host's weight in the balance: its share is proportional to it among the live hosts
+    /// (0 takes no sessions, as a drained host). Default 1.
+    pub weight: u32,
     /// How long the user's work may take to return once its token is cancelled before it is
     /// aborted. Default 5 s.
     pub stop_grace: Duration,
@@ -41,6 +44,7 @@ impl std::fmt::Debug for HostOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostOptions")
             .field("max_sessions", &self.max_sessions)
+            .field("weight", &self.weight)
             .field("stop_grace", &self.stop_grace)
             .field("retry_pause", &self.retry_pause)
             .field("max_retry_pause", &self.max_retry_pause)
@@ -52,6 +56,7 @@ impl Default for HostOptions {
     fn default() -> Self {
         Self {
             max_sessions: None,
+            weight: 1,
             stop_grace: Duration::from_secs(5),
             retry_pause: Duration::from_millis(500),
             max_retry_pause: Duration::from_secs(60),
@@ -64,6 +69,14 @@ impl HostOptions {
     /// Caps the sessions this host holds.
     pub fn with_max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = Some(max);
+        self
+    }
+
+    /// Sets this host's [`weight`](Self::weight) in the balance. Hosts of releases before
+    /// weights read a host whose weight is not 1 as one of weight 1 and no maximum: give hosts
+    /// weights once every host reads them.
+    pub fn with_weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
         self
     }
 

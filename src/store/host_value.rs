@@ -4,10 +4,12 @@
 //! ```text
 //! leasehold-host/1 {max or -} {nonce} {node name}
 //! leasehold-host/2 {max or -} {nonce} {advertise or -} {metadata in hex or -} {node name}
+//! leasehold-host/3 {max or -} {weight} {nonce} {advertise or -} {metadata in hex or -} {node name}
 //! ```
 //!
 //! As with the [owner value](super::owner_value), version 2 carries the node's advertised
-//! address and metadata, and a host with neither writes version 1. The nonce makes the value
+//! address and metadata, and a host with neither writes version 1; version 3 adds the host's
+//! weight in the balance, and only a host whose weight is not 1 writes it. The nonce makes the value
 //! unique to the host (its leave's delete is guarded by it); it is a version 7 UUID, so it
 //! also tells when the host started (by its own clock). Hosts that wrote no nonce read the
 //! nonce as part of the node's name, which only names the host.
@@ -20,11 +22,14 @@ use super::owner_value::{parse_advertise, parse_metadata, route_fields, time_of}
 
 const V1: &str = "leasehold-host/1";
 const V2: &str = "leasehold-host/2";
+const V3: &str = "leasehold-host/3";
 
 /// A decoded host value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct HostValue {
     pub(crate) max: Option<usize>,
+    /// Its weight in the balance (1 unless version 3 says otherwise).
+    pub(crate) weight: u32,
     pub(crate) nonce: Uuid,
     pub(crate) node: String,
     pub(crate) advertise: Option<String>,
@@ -36,9 +41,16 @@ impl HostValue {
         let max = self
             .max
             .map_or_else(|| "-".to_owned(), |max| max.to_string());
-        match route_fields(self.advertise.as_deref(), &self.metadata) {
-            None => format!("{V1} {max} {} {}", self.nonce, self.node),
-            Some(route) => format!("{V2} {max} {} {route} {}", self.nonce, self.node),
+        let route = route_fields(self.advertise.as_deref(), &self.metadata);
+        match (self.weight, route) {
+            (1, None) => format!("{V1} {max} {} {}", self.nonce, self.node),
+            (1, Some(route)) => format!("{V2} {max} {} {route} {}", self.nonce, self.node),
+            (weight, route) => format!(
+                "{V3} {max} {weight} {} {} {}",
+                self.nonce,
+                route.unwrap_or_else(|| "- -".to_owned()),
+                self.node
+            ),
         }
     }
 
@@ -47,14 +59,20 @@ impl HostValue {
         let text = String::from_utf8_lossy(value);
         let (version, rest) = text.split_once(' ').unwrap_or((&text, ""));
         // The fields after the version, the node's name last (it may hold spaces).
-        let fields: Vec<&str> = match version {
+        let mut fields: Vec<&str> = match version {
             V1 => rest.splitn(3, ' ').collect(),
             V2 => rest.splitn(5, ' ').collect(),
+            V3 => rest.splitn(6, ' ').collect(),
             _ => Vec::new(),
+        };
+        // Version 3 is version 2 with the weight after the maximum.
+        let weight = match version {
+            V3 if fields.len() > 1 => fields.remove(1).parse().unwrap_or(1),
+            _ => 1,
         };
         let field = |i: usize| fields.get(i).copied();
         let (advertise, metadata, node) = match version {
-            V2 => (
+            V2 | V3 => (
                 field(2).and_then(parse_advertise),
                 field(3).and_then(parse_metadata).unwrap_or_default(),
                 field(4),
@@ -62,6 +80,7 @@ impl HostValue {
             _ => (None, Vec::new(), field(2)),
         };
         Self {
+            weight,
             max: field(0).and_then(|max| max.parse().ok()),
             nonce: field(1)
                 .and_then(|nonce| nonce.parse().ok())
@@ -84,7 +103,13 @@ mod tests {
 
     #[test]
     fn host_values_round_trip_and_garbage_has_no_maximum() {
-        for max in [None, Some(0), Some(12)] {
+        for (max, weight) in [
+            (None, 1),
+            (Some(0), 1),
+            (Some(12), 1),
+            (None, 3),
+            (Some(5), 0),
+        ] {
             for (advertise, metadata) in [
                 (None, &b""[..]),
                 (Some("http://10.0.0.7:31501"), &b""[..]),
@@ -93,6 +118,7 @@ mod tests {
             ] {
                 let value = HostValue {
                     max,
+                    weight,
                     nonce: Uuid::now_v7(),
                     node: "node a".into(),
                     advertise: advertise.map(str::to_owned),
@@ -101,16 +127,18 @@ mod tests {
                 let encoded = value.encode();
                 assert_eq!(
                     encoded.starts_with(V1),
-                    advertise.is_none() && metadata.is_empty(),
+                    weight == 1 && advertise.is_none() && metadata.is_empty(),
                     "{encoded}"
                 );
+                assert_eq!(encoded.starts_with(V3), weight != 1, "{encoded}");
                 assert_eq!(HostValue::decode(encoded.as_bytes()), value);
                 assert!(value.started_at().is_some());
             }
         }
         assert_eq!(HostValue::decode(b"\xff 3 x").max, None);
         assert_eq!(HostValue::decode(b"").max, None);
-        assert_eq!(HostValue::decode(b"leasehold-host/3 3 x y").max, None);
+        assert_eq!(HostValue::decode(b"leasehold-host/9 3 x y").max, None);
+        assert_eq!(HostValue::decode(b"leasehold-host/9 3 x y").weight, 1);
         // Version 1 as earlier releases wrote it.
         let nonce = Uuid::new_v4();
         let old = HostValue::decode(format!("leasehold-host/1 7 {nonce} n 1").as_bytes());

@@ -24,6 +24,7 @@ struct HostJson {
     metadata_hex: String,
     max_sessions: Option<usize>,
     draining: bool,
+    weight: u32,
     sessions: usize,
     started_at: Option<String>,
     lease_id: i64,
@@ -38,6 +39,7 @@ impl From<&Host> for HostJson {
             metadata_hex: hex(&host.metadata),
             max_sessions: host.max_sessions,
             draining: host.draining,
+            weight: host.weight,
             sessions: host.sessions,
             started_at: host
                 .started_at
