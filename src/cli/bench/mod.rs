@@ -15,8 +15,10 @@
 //!
 //! `ratio` is ours / baseline; `better` says which way is good. `p50_ms` and `p99_ms` are
 //! leasehold's per-operation latencies over all rounds; for `scale`, where the acquisitions
-//! are pipelined, the gaps between one completion and the next.
+//! are pipelined, the gaps between one completion and the next; for `directory`, each line's
+//! own (see [`directory`]).
 
+mod directory;
 mod hosted;
 mod journal;
 mod lease;
@@ -45,15 +47,22 @@ pub(crate) struct BenchArgs {
     /// Interleaved rounds per scenario (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Sessions held by the `scale` scenario and hosted by `scale_hosted`, 1 to 1000000.
-    #[arg(long, default_value_t = 10_000)]
-    scale_sessions: usize,
+    /// Sessions held by the `scale` scenario and hosted by `scale_hosted` (default 10000), and
+    /// owner entries in the `directory` scenario's directory (default 100000); 1 to 1000000.
+    #[arg(long)]
+    scale_sessions: Option<usize>,
 }
+
+/// The sessions `scale` holds and `scale_hosted` hosts unless `--scale-sessions`.
+const SCALE_SESSIONS: usize = 10_000;
+
+/// The owner entries of the `directory` scenario unless `--scale-sessions`.
+const DIRECTORY_ENTRIES: usize = 100_000;
 
 /// The most rounds a scenario runs.
 const MAX_ROUNDS: usize = 1000;
 
-/// The most sessions the `scale` scenario holds.
+/// The most sessions (or directory entries) `--scale-sessions` takes.
 const MAX_SCALE_SESSIONS: usize = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,10 +79,11 @@ enum Scenario {
     Scale,
     ScaleHosted,
     SidecarAppend,
+    Directory,
 }
 
 impl Scenario {
-    const EACH: [Scenario; 10] = [
+    const EACH: [Scenario; 11] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
@@ -84,6 +94,7 @@ impl Scenario {
         Scenario::Scale,
         Scenario::ScaleHosted,
         Scenario::SidecarAppend,
+        Scenario::Directory,
     ];
 }
 
@@ -270,7 +281,9 @@ pub(crate) async fn run(common: &Common, args: &BenchArgs) -> Result<(), Failure
             2,
         ));
     }
-    if !(1..=MAX_SCALE_SESSIONS).contains(&args.scale_sessions) {
+    if let Some(sessions) = args.scale_sessions
+        && !(1..=MAX_SCALE_SESSIONS).contains(&sessions)
+    {
         return Err(Failure::message(
             format!("--scale-sessions must be from 1 to {MAX_SCALE_SESSIONS}"),
             2,
@@ -329,6 +342,7 @@ async fn bench(
         Scenario::All => Scenario::EACH.to_vec(),
         one => vec![one],
     };
+    let scale_sessions = args.scale_sessions.unwrap_or(SCALE_SESSIONS);
     for scenario in scenarios {
         match scenario {
             Scenario::All => unreachable!("expanded above"),
@@ -339,9 +353,13 @@ async fn bench(
             Scenario::Detect => bench.detect().await?,
             Scenario::HandoverGraceful => bench.handover_graceful().await?,
             Scenario::HandoverCrash => bench.handover_crash().await?,
-            Scenario::Scale => bench.scale(args.scale_sessions).await?,
-            Scenario::ScaleHosted => bench.scale_hosted(args.scale_sessions).await?,
+            Scenario::Scale => bench.scale(scale_sessions).await?,
+            Scenario::ScaleHosted => bench.scale_hosted(scale_sessions).await?,
             Scenario::SidecarAppend => bench.sidecar_append().await?,
+            Scenario::Directory => {
+                let entries = args.scale_sessions.unwrap_or(DIRECTORY_ENTRIES);
+                bench.directory(entries).await?
+            }
         }
     }
     Ok(())
