@@ -538,3 +538,63 @@ async fn owners_watch_prints_the_owners_then_each_change() {
     child.kill().await.unwrap();
     store.close().await;
 }
+
+/// More owner keys than one page: the snapshot reads them range by range, all of them once, at
+/// one revision (Admin::owners and the store's own owner snapshot read the same way).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_of_many_pages_reads_every_key_once() {
+    let etcd = common::Etcd::start().await;
+    let store = Uuid::new_v4();
+    let mut sessions: Vec<Uuid> = (0..2500).map(|_| Uuid::new_v4()).collect();
+    // Keys at the ranges' edges too.
+    sessions.extend(
+        ["00000000", "1fffffff", "9fffffff", "a0000000", "ffffffff"].map(|head| {
+            format!("{head}-0000-4000-8000-000000000000")
+                .parse::<Uuid>()
+                .unwrap()
+        }),
+    );
+    for chunk in sessions.chunks(100) {
+        let puts: Vec<etcd_client::TxnOp> = chunk
+            .iter()
+            .map(|session| {
+                let value = format!("leasehold-owner/1 {store} {} many", Uuid::new_v4());
+                etcd_client::TxnOp::put(etcd.ns.owner_key(*session), value, None)
+            })
+            .collect();
+        etcd.raw
+            .clone()
+            .txn(etcd_client::Txn::new().and_then(puts))
+            .await
+            .unwrap();
+    }
+    let connection = Connection::connect(ConnectOptions::new([etcd.node.endpoint()]))
+        .await
+        .unwrap();
+    let admin = Admin::new(connection, etcd.ns.clone());
+    let directory = admin.directory().await.unwrap();
+    let mut known: Vec<Uuid> = directory
+        .snapshot()
+        .owners
+        .iter()
+        .map(|o| o.session)
+        .collect();
+    let mut listed: Vec<Uuid> = admin
+        .owners()
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| o.session)
+        .collect();
+    sessions.sort();
+    listed.sort();
+    known.sort();
+    for (what, got) in [("the directory", &known), ("Admin::owners", &listed)] {
+        assert!(
+            *got == sessions,
+            "{what}: {} sessions, of {}",
+            got.len(),
+            sessions.len()
+        );
+    }
+}
