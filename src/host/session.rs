@@ -22,6 +22,8 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
     let mut freed = inner.freed.subscribe();
     let mut cap = inner.cap.subscribe();
     let mut failures = OpenFailures::new(&inner.options, inner.store.shared().metrics.clone());
+    // The standby was woken (the session freed) since the last slot it was given.
+    let mut freed_elsewhere = false;
     loop {
         // --- 1. a free slot
         loop {
@@ -32,6 +34,11 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
             cap.borrow_and_update();
             if inner.reserve() {
                 break;
+            }
+            if std::mem::take(&mut freed_elsewhere) {
+                // Freed while this host is full (the wake-up was taken while standing by, in
+                // step 2): maybe a host left; count again now, not at the next tick.
+                inner.recount.notify_one();
             }
             tokio::select! {
                 _ = freed.changed() => {}
@@ -54,7 +61,7 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
             Err(error) if error.is_transient() => {
                 inner.unreserve();
                 tokio::select! {
-                    _ = standby.notified() => {}
+                    _ = standby.notified() => freed_elsewhere = true,
                     _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
                     _ = stop.cancelled() => return,
                 }
