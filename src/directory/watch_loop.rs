@@ -145,7 +145,10 @@ async fn follow(shared: &Shared, pauses: &mut Backoff, resnapshot: bool) -> Ende
     let hosts_prefix = shared.namespace.hosts_prefix();
     let (owners_from, hosts_from) = {
         let state = shared.read();
-        (state.revision + 1, state.hosts_revision + 1)
+        (
+            state.revision.saturating_add(1),
+            state.hosts_revision.saturating_add(1),
+        )
     };
     let (client, endpoint) = shared.connection.stream_client();
     let open = async {
@@ -166,7 +169,10 @@ async fn follow(shared: &Shared, pauses: &mut Backoff, resnapshot: bool) -> Ende
         Err(_) => return Ended::OpenTimedOut { endpoint },
     };
     let (mut requests, mut responses) = stream.split();
-    let mut progress = tokio::time::interval_at(Instant::now() + PROGRESS, PROGRESS);
+    let mut progress = tokio::time::interval_at(
+        crate::deadline::deadline(Instant::now(), PROGRESS),
+        PROGRESS,
+    );
     progress.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_heard = Instant::now();
     loop {
