@@ -1,25 +1,4 @@
-//! The value of an owner key: who wrote it, for which attempt, and how to reach it. A contract:
-//! routers and other tools read it (with [`OwnerValue::decode`]), so its versions stay
-//! readable.
-//!
-//! ```text
-//! leasehold-owner/1 {store id} {nonce} {node name}
-//! leasehold-owner/2 {store id} {nonce} {advertise or -} {metadata in hex or -} {node name}
-//! ```
-//!
-//! The store id names the [`Store`](crate::store::Store) instance (a fresh UUID per process), so a
-//! store recognizes its own keys even when two processes share a node name. The nonce names the
-//! acquisition attempt: an acquisition whose outcome is unknown is resolved by reading it
-//! back. It is a version 7 UUID, so it also tells when the acquisition was made (by the
-//! acquiring node's clock; for people, never for decisions). The node name is for people; it
-//! is last, since it may hold spaces.
-//!
-//! Version 2 adds the node's advertised address
-//! ([`StoreOptions::with_advertise`](crate::store::StoreOptions::with_advertise), a URL without
-//! spaces) and its metadata
-//! ([`StoreOptions::with_metadata`](crate::store::StoreOptions::with_metadata), lowercase hex),
-//! `-` for either when it has none. A store with neither writes version 1, which every release
-//! of leasehold reads.
+//! The value of an owner key; its format is documented on [`OwnerValue`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +7,28 @@ use uuid::Uuid;
 const V1: &str = "leasehold-owner/1";
 const V2: &str = "leasehold-owner/2";
 
-/// A decoded owner value: see the [module docs](self) for its format.
+/// The value of an owner key: who wrote it, for which attempt, and how to reach it. A contract:
+/// routers and other tools read it (with [`OwnerValue::decode`]), so its versions stay
+/// readable.
+///
+/// ```text
+/// leasehold-owner/1 {store id} {nonce} {node name}
+/// leasehold-owner/2 {store id} {nonce} {advertise or -} {metadata in hex or -} {node name}
+/// ```
+///
+/// The store id names the [`Store`](crate::store::Store) instance (a fresh UUID per process), so a
+/// store recognizes its own keys even when two processes share a node name. The nonce names the
+/// acquisition attempt: an acquisition whose outcome is unknown is resolved by reading it
+/// back. It is a version 7 UUID, so it also tells when the acquisition was made (by the
+/// acquiring node's clock; for people, never for decisions). The node name is for people; it
+/// is last, since it may hold spaces.
+///
+/// Version 2 adds the node's advertised address
+/// ([`StoreOptions::with_advertise`](crate::store::StoreOptions::with_advertise), a URL without
+/// spaces) and its metadata
+/// ([`StoreOptions::with_metadata`](crate::store::StoreOptions::with_metadata), lowercase hex),
+/// `-` for either when it has none. A store with neither writes version 1, which every release
+/// of leasehold reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OwnerValue {
