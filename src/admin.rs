@@ -45,7 +45,7 @@ use crate::journal::{
     Authority, Deleted, JournalCheck, Record, Replay, ReplayError, ReplayOptions, Retention,
     RetentionError, TRIM_BATCH, Tip, Trimmed,
 };
-use crate::keys::{Namespace, prefix_end};
+use crate::keys::{Namespace, id_under, prefix_end};
 use crate::lease::Epoch;
 use crate::store::OwnerValue;
 
@@ -231,11 +231,7 @@ impl Admin {
     }
 
     fn owner_of(&self, kv: &etcd_client::KeyValue) -> Option<Owner> {
-        let session = std::str::from_utf8(kv.key())
-            .ok()?
-            .strip_prefix(&self.namespace.owners_prefix())?
-            .parse()
-            .ok()?;
+        let session = id_under(&self.namespace.owners_prefix(), kv.key())?;
         let value = OwnerValue::decode(kv.value());
         Some(Owner {
             session,

@@ -174,6 +174,17 @@ impl std::str::FromStr for Namespace {
     }
 }
 
+/// The UUID a key names right under `prefix` (`{ns}/owners/{session}`, `{ns}/hosts/{store}`):
+/// `None` for a key that is not under it or does not end in a UUID (a key leasehold did not
+/// write).
+pub(crate) fn id_under(prefix: &str, key: &[u8]) -> Option<Uuid> {
+    std::str::from_utf8(key)
+        .ok()?
+        .strip_prefix(prefix)?
+        .parse()
+        .ok()
+}
+
 /// The end of the range that holds every key starting with `prefix` (etcd's `range_end` for a
 /// prefix query): the prefix with its last byte incremented.
 pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::Admin;
 use crate::etcd::EtcdError;
+use crate::keys::id_under;
 use crate::store::{HostValue, OwnerValue};
 
 /// A live session host, as its host key (`{ns}/hosts/{store}`, attached to its node lease)
@@ -65,11 +66,7 @@ impl Admin {
         let mut hosts: Vec<Host> = kvs
             .iter()
             .filter_map(|kv| {
-                let store: Uuid = std::str::from_utf8(kv.key())
-                    .ok()?
-                    .strip_prefix(&prefix)?
-                    .parse()
-                    .ok()?;
+                let store = id_under(&prefix, kv.key())?;
                 let value = HostValue::decode(kv.value());
                 Some(Host {
                     store,

@@ -397,17 +397,12 @@ impl OwnerDirectory {
 /// events (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8): only then does one prove that every
 /// event up to its revision has been delivered.
 fn progress_in_order(version: &str) -> bool {
-    let mut parts = version
-        .split(['.', '-', '+'])
-        .map(|part| part.parse::<u64>().ok());
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => match (major, minor) {
-            (3, 4) => patch >= 25,
-            (3, 5) => patch >= 8,
-            (3, minor) => minor > 5,
-            (major, _) => major > 3,
-        },
-        _ => false,
+    match crate::etcd::parse_version(version) {
+        Some((3, 4, patch)) => patch >= 25,
+        Some((3, 5, patch)) => patch >= 8,
+        Some((3, minor, _)) => minor > 5,
+        Some((major, _, _)) => major > 3,
+        None => false,
     }
 }
 

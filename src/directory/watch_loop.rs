@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use etcd_client::{Event, EventType, KeyValue, WatchOptions, WatchResponse};
 use tokio::time::{Instant, MissedTickBehavior, sleep};
-use uuid::Uuid;
 
 use super::state::{HostKey, OwnerKey};
 use super::{PROGRESS, SILENCE, Shared};
 use crate::backoff::Backoff;
 use crate::etcd::{Connection, EtcdError, chain};
-use crate::keys::Namespace;
+use crate::keys::{Namespace, id_under};
 use crate::lease::Epoch;
 use crate::store::{HostValue, OwnerValue};
 
@@ -52,7 +51,7 @@ pub(super) async fn read_snapshot(
 
 fn owner_key(prefix: &str, kv: &KeyValue) -> Option<OwnerKey> {
     Some(OwnerKey {
-        session: id_under(prefix, kv)?,
+        session: id_under(prefix, kv.key())?,
         epoch: Epoch::from_revision(kv.create_revision()),
         revision: kv.mod_revision(),
         lease_id: kv.lease(),
@@ -62,19 +61,10 @@ fn owner_key(prefix: &str, kv: &KeyValue) -> Option<OwnerKey> {
 
 fn host_key(prefix: &str, kv: &KeyValue) -> Option<HostKey> {
     Some(HostKey {
-        store: id_under(prefix, kv)?,
+        store: id_under(prefix, kv.key())?,
         revision: kv.mod_revision(),
         value: HostValue::decode(kv.value()),
     })
-}
-
-/// The UUID a key names under `prefix`; `None` for keys that are not leasehold's.
-fn id_under(prefix: &str, kv: &KeyValue) -> Option<Uuid> {
-    std::str::from_utf8(kv.key())
-        .ok()?
-        .strip_prefix(prefix)?
-        .parse()
-        .ok()
 }
 
 /// Why one run of the watch ended, other than the directory's close.
@@ -255,7 +245,7 @@ fn owner_event(
     state.revision = state.revision.max(kv.mod_revision());
     match event.event_type() {
         EventType::Put => state.put_owner(owner_key(prefix, kv)?),
-        EventType::Delete => state.delete_owner(id_under(prefix, kv)?, kv.mod_revision()),
+        EventType::Delete => state.delete_owner(id_under(prefix, kv.key())?, kv.mod_revision()),
     }
 }
 
@@ -268,6 +258,6 @@ fn host_event(
     state.hosts_revision = state.hosts_revision.max(kv.mod_revision());
     match event.event_type() {
         EventType::Put => state.put_host(host_key(prefix, kv)?),
-        EventType::Delete => state.delete_host(id_under(prefix, kv)?, kv.mod_revision()),
+        EventType::Delete => state.delete_host(id_under(prefix, kv.key())?, kv.mod_revision()),
     }
 }

@@ -219,14 +219,18 @@ pub const MINIMUM_ETCD: (u64, u64, u64) = (3, 5, 28);
 /// Whether `version` (`3.5.16`, possibly with a suffix) is older than [`MINIMUM_ETCD`]. A
 /// version that does not parse is not called old.
 fn older_than_minimum(version: &str) -> bool {
+    parse_version(version).is_some_and(|version| version < MINIMUM_ETCD)
+}
+
+/// `version` (`3.5.16`, possibly with a suffix) as (major, minor, patch); `None` if it does not
+/// parse.
+pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
     let mut parts = version
         .split(['.', '-', '+'])
         .map(|part| part.parse::<u64>().ok());
     match (parts.next(), parts.next(), parts.next()) {
-        (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => {
-            (major, minor, patch) < MINIMUM_ETCD
-        }
-        _ => false,
+        (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => Some((major, minor, patch)),
+        _ => None,
     }
 }
 

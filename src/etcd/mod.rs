@@ -20,6 +20,7 @@ mod scrape;
 mod txn;
 pub(crate) mod write;
 
+pub(crate) use connect::parse_version;
 pub use connect::{ConnectError, MINIMUM_ETCD, MemberStatus};
 pub use connection::Connection;
 pub(crate) use error::chain;

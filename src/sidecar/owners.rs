@@ -34,10 +34,10 @@ impl Sidecar {
         let session = parse_session(&request.session).map_err(|r| r.status())?;
         let directory = self.directory().await?;
         // One read of the map for both, so the owner is etcd's at the revision sent.
-        let (owner, revision) = directory.owner_at(session);
+        let (owner, at) = directory.owner_at(session);
         Ok(Response::new(OwnerResponse {
             owner: owner.as_ref().map(owner_info),
-            revision: revision.max(0) as u64,
+            revision: revision(at),
         }))
     }
 
@@ -56,9 +56,7 @@ impl Sidecar {
                 .owners
                 .iter()
                 .map(|owner| owner_change::Change::Owner(owner_info(owner)))
-                .chain([owner_change::Change::Snapshot(
-                    snapshot.revision.max(0) as u64
-                )]);
+                .chain([owner_change::Change::Snapshot(revision(snapshot.revision))]);
             for change in first {
                 let change = OwnerChange {
                     change: Some(change),

@@ -317,10 +317,7 @@ fn observe(shared: &StoreShared, session: Uuid, event: OwnerEvent) {
 }
 
 fn session_of(shared: &StoreShared, kv: &KeyValue) -> Option<Uuid> {
-    let key = std::str::from_utf8(kv.key()).ok()?;
-    key.strip_prefix(&shared.namespace.owners_prefix())?
-        .parse()
-        .ok()
+    crate::keys::id_under(&shared.namespace.owners_prefix(), kv.key())
 }
 
 fn put_event(shared: &StoreShared, kv: &KeyValue) -> OwnerEvent {
