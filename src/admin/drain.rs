@@ -6,10 +6,10 @@
 //! most 1 s apart), and drains while it exists, as
 //! [`SessionHost::drain`](crate::SessionHost::drain) does.
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, KvClient, PutOptions, Txn, TxnOp};
 use uuid::Uuid;
 
-use super::{Admin, Host};
+use super::Admin;
 use crate::etcd::EtcdError;
 use crate::etcd::write::{self, Written};
 
@@ -32,30 +32,36 @@ pub enum DrainError {
 impl Admin {
     /// Asks the live host of store `store` to drain: it hands every session over in order and
     /// takes none until [`undrain`](Self::undrain)ed (or its store's node lease ends). Written
-    /// only if the host's key is still there, attached to the same node lease; returns the host
-    /// as it was read.
-    pub async fn drain(&self, store: Uuid) -> Result<Host, DrainError> {
-        let host = self
-            .hosts()
-            .await
-            .map_err(DrainError::Etcd)?
-            .into_iter()
-            .find(|host| host.store == store)
-            .ok_or(DrainError::NotLive { store })?;
+    /// only if the host's key is still there, attached to the node lease it was read with.
+    pub async fn drain(&self, store: Uuid) -> Result<(), DrainError> {
         let host_key = self.namespace.host_key(store);
+        // Only the host's key: its node lease is what the request is attached to.
+        let read = self
+            .connection
+            .read("host", |mut client: KvClient, _| {
+                let key = host_key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await
+            .map_err(DrainError::Etcd)?;
+        let lease_id = read
+            .kvs()
+            .first()
+            .map(|kv| kv.lease())
+            .ok_or(DrainError::NotLive { store })?;
         let txn = Txn::new()
             .when([Compare::lease(
                 host_key.as_str(),
                 CompareOp::Equal,
-                host.lease_id,
+                lease_id,
             )])
             .and_then([TxnOp::put(
                 self.namespace.drain_key(store),
                 "drain",
-                Some(PutOptions::new().with_lease(host.lease_id)),
+                Some(PutOptions::new().with_lease(lease_id)),
             )]);
         match self.send("drain", &txn).await? {
-            true => Ok(host),
+            true => Ok(()),
             false => Err(DrainError::NotLive { store }),
         }
     }

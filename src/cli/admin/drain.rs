@@ -69,15 +69,15 @@ fn drain_failure(error: DrainError) -> Failure {
 
 pub(crate) async fn drain(admin: &Admin, args: &DrainArgs) -> Result<(), Failure> {
     let host = host_named(admin, &args.node, args.store).await?;
-    let asked = admin.drain(host.store).await.map_err(drain_failure)?;
+    admin.drain(host.store).await.map_err(drain_failure)?;
     println!(
         "asked {} (store {}) to drain: it holds {} sessions",
-        asked.node, asked.store, asked.sessions
+        host.node, host.store, host.sessions
     );
     if !args.wait {
         return Ok(());
     }
-    let mut left = asked.sessions;
+    let mut left = host.sessions;
     loop {
         let hosts = admin
             .hosts()
