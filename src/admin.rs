@@ -66,8 +66,10 @@ pub struct NamespaceStatus {
 
 mod drain;
 mod hosts;
+mod sessions;
 pub use drain::DrainError;
 pub use hosts::Host;
+pub use sessions::{Finished, MAX_SESSION_METADATA, RegisteredSession, RegistryError};
 
 /// Concurrent reads when gathering tips and lease TTLs.
 const CONCURRENT_READS: usize = 16;

@@ -147,6 +147,29 @@ impl Namespace {
         format!("{}/hosts/{}", self.0, store.hyphenated())
     }
 
+    /// `{ns}/sessions/`: the prefix of the shared session registry (see
+    /// [`Admin::create_session`](crate::Admin::create_session)).
+    pub fn sessions_prefix(&self) -> String {
+        format!("{}/sessions/", self.0)
+    }
+
+    /// `{ns}/sessions/{session}`: one session of the registry, holding its metadata.
+    pub fn session_key(&self, session: Uuid) -> String {
+        format!("{}/sessions/{}", self.0, session.hyphenated())
+    }
+
+    /// `{ns}/joining/`: the prefix of the keys of session hosts that are settling (see
+    /// `SessionHost`'s *Joining*), not yet counted as hosts by the others.
+    pub fn joining_prefix(&self) -> String {
+        format!("{}/joining/", self.0)
+    }
+
+    /// `{ns}/joining/{store}`: the session host of `store` while it settles, attached to its
+    /// store's node lease. Not under `{ns}/hosts/`, where every key counts as a host.
+    pub fn joining_key(&self, store: Uuid) -> String {
+        format!("{}/joining/{}", self.0, store.hyphenated())
+    }
+
     /// `{ns}/drains/{store}`: a request that the session host of `store` drain, attached to
     /// its store's node lease. Not under `{ns}/hosts/`, where every key counts as a host.
     pub fn drain_key(&self, store: Uuid) -> String {
@@ -251,6 +274,12 @@ mod tests {
         assert!(ns.record_key(s, 9) < ns.record_key(s, 10));
         assert!(ns.record_key(s, 0).starts_with(&ns.records_prefix(s)));
         assert_eq!(Namespace::default().prefix(), "leasehold/");
+        assert_eq!(
+            ns.joining_key(s),
+            "t1/joining/01234567-89ab-cdef-0123-456789abcdef"
+        );
+        assert!(ns.joining_key(s).starts_with(&ns.joining_prefix()));
+        assert!(!ns.joining_key(s).starts_with(&ns.hosts_prefix()));
     }
 
     #[test]

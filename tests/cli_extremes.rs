@@ -34,6 +34,8 @@ const NUMERIC: &[&str] = &[
     "scale-sessions",
     "client-keepalive",
     "weight",
+    "settle",
+    "wait",
 ];
 
 /// Flags that take a value that is not a number.
@@ -56,6 +58,7 @@ const NOT_NUMERIC: &[&str] = &[
     "listen-client-ca",
     "advertise",
     "store",
+    "metadata",
 ];
 
 /// Beside the flag under test, what each command needs to get as far as it can.
@@ -67,6 +70,8 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
         ["serve"] => &["--listen", "127.0.0.1:0"],
         ["bench"] => &["append"],
         ["drain"] | ["undrain"] => &["n1"],
+        ["sessions", "create"] | ["sessions", "list"] => &[],
+        ["sessions", "finish"] => &[SESSION],
         ["journal", "show"] => &[SESSION],
         ["journal", "trim"] => &[SESSION, "--before", "1"],
         ["journal", "delete"] | ["revoke"] => &[SESSION, "--yes"],
@@ -78,7 +83,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
 fn values(flag: &str) -> Vec<&'static str> {
     match flag {
         // A duration: a bare number needs a unit (but 0), and the largest one with a unit.
-        "interval" | "client-keepalive" => vec![
+        "interval" | "client-keepalive" | "settle" | "wait" => vec![
             "0",
             U64_MAX,
             "18446744073709551615s",
@@ -497,15 +502,33 @@ async fn numbers_that_reach_etcd_at_their_extremes_never_panic() {
                 "0",
                 "--ttl",
                 "2",
+                "--settle",
+                "0s",
             ],
         ),
         node(
             &spaces[1],
-            &["--sessions", "2", "--interval", "18446744073709551615s"],
+            &[
+                "--sessions",
+                "2",
+                "--interval",
+                "18446744073709551615s",
+                "--settle",
+                "0s",
+            ],
         ),
         node(
             &spaces[2],
-            &["--sessions", "1", "--keep", "1", "--interval", "1ms"],
+            &[
+                "--sessions",
+                "1",
+                "--keep",
+                "1",
+                "--interval",
+                "1ms",
+                "--settle",
+                "0s",
+            ],
         ),
     ];
     let ran = tokio::task::spawn_blocking(move || {

@@ -42,8 +42,18 @@ async fn owners_and_hosts_carry_the_advertised_address_and_a_host_hands_out_its_
     assert_eq!((a.advertise(), b.advertise()), (Some(ADVERTISE), None));
     let sessions: Vec<Uuid> = (0..6).map(|_| Uuid::new_v4()).collect();
     let hosts = [
-        SessionHost::start(a.clone(), HostOptions::default(), sessions.clone(), idle),
-        SessionHost::start(b.clone(), HostOptions::default(), sessions.clone(), idle),
+        SessionHost::start(
+            a.clone(),
+            HostOptions::default().with_settle(Duration::ZERO),
+            sessions.clone(),
+            idle,
+        ),
+        SessionHost::start(
+            b.clone(),
+            HostOptions::default().with_settle(Duration::ZERO),
+            sessions.clone(),
+            idle,
+        ),
     ];
     wait_for(
         "all six owned, three each",

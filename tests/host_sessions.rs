@@ -1,4 +1,5 @@
 //! A session host's set of sessions changes at run time, and `max_sessions` caps what it holds.
+//! (The hosts do not settle: `tests/host_settle.rs` is about that.)
 
 mod common;
 
@@ -21,7 +22,12 @@ async fn sessions_added_and_removed_at_run_time_are_taken_and_handed_back() {
     let etcd = common::Etcd::start().await;
     let store = Arc::new(etcd.store("a", 10).await);
     let sessions: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
-    let host = SessionHost::start(store, HostOptions::default(), sessions[..3].to_vec(), idle);
+    let host = SessionHost::start(
+        store,
+        HostOptions::default().with_settle(Duration::ZERO),
+        sessions[..3].to_vec(),
+        idle,
+    );
     let within = Duration::from_secs(5);
     wait_for("three owned", within, || async {
         (owned(&etcd).await == 3).then_some(())
@@ -66,7 +72,9 @@ async fn max_sessions_caps_a_host_and_another_takes_the_rest() {
     let sessions: Vec<Uuid> = (0..10).map(|_| Uuid::new_v4()).collect();
     let capped = SessionHost::start(
         Arc::new(etcd.store("capped", 10).await),
-        HostOptions::default().with_max_sessions(3),
+        HostOptions::default()
+            .with_settle(Duration::ZERO)
+            .with_max_sessions(3),
         sessions.clone(),
         idle,
     );
@@ -81,7 +89,7 @@ async fn max_sessions_caps_a_host_and_another_takes_the_rest() {
 
     let other = SessionHost::start(
         Arc::new(etcd.store("other", 10).await),
-        HostOptions::default(),
+        HostOptions::default().with_settle(Duration::ZERO),
         sessions.clone(),
         idle,
     );
@@ -103,7 +111,9 @@ async fn work_that_ignores_its_token_is_aborted_after_the_grace_period() {
     let stubborn = |_rig: Arc<Rig>, _stop: CancellationToken| std::future::pending::<()>();
     let host = SessionHost::start(
         store,
-        HostOptions::default().with_stop_grace(Duration::from_millis(500)),
+        HostOptions::default()
+            .with_settle(Duration::ZERO)
+            .with_stop_grace(Duration::from_millis(500)),
         [session],
         stubborn,
     );

@@ -102,7 +102,7 @@ async fn every_hosted_session_advances_within_two_seconds_of_the_heal() {
     };
     let host = SessionHost::start(
         store.clone(),
-        HostOptions::default(),
+        HostOptions::default().with_settle(Duration::ZERO),
         sessions.clone(),
         work,
     );

@@ -24,7 +24,7 @@ async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
 fn host(store: &Arc<Store>, sessions: &[Uuid]) -> SessionHost {
     SessionHost::start(
         store.clone(),
-        HostOptions::default(),
+        HostOptions::default().with_settle(Duration::ZERO),
         sessions.iter().copied(),
         idle,
     )

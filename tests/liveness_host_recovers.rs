@@ -25,7 +25,12 @@ async fn a_fenced_journal_under_a_valid_lease_is_given_up_and_reopened() {
     let etcd = common::Etcd::start().await;
     let store = Arc::new(etcd.store("a", 10).await);
     let session = Uuid::new_v4();
-    let host = SessionHost::start(store.clone(), HostOptions::default(), [session], work);
+    let host = SessionHost::start(
+        store.clone(),
+        HostOptions::default().with_settle(Duration::ZERO),
+        [session],
+        work,
+    );
     let mut events = host.events();
     let first = match tokio::time::timeout(Duration::from_secs(10), events.recv()).await {
         Ok(Ok(HostEvent::Acquired { epoch, .. })) => epoch,

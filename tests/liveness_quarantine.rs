@@ -105,7 +105,14 @@ async fn a_session_that_cannot_open_is_retried_with_backoff_and_reported() {
     ];
     let hosts: Vec<SessionHost> = stores
         .iter()
-        .map(|store| SessionHost::start(store.clone(), HostOptions::default(), sessions, idle))
+        .map(|store| {
+            SessionHost::start(
+                store.clone(),
+                HostOptions::default().with_settle(Duration::ZERO),
+                sessions,
+                idle,
+            )
+        })
         .collect();
     let reports = Arc::new(Mutex::new(Vec::new()));
     for host in &hosts {

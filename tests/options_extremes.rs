@@ -85,7 +85,8 @@ proptest! {
         let host = HostOptions::default()
             .with_max_sessions(q)
             .with_stop_grace(c)
-            .with_retry_pause(d);
+            .with_retry_pause(d)
+            .with_settle(d);
         let _ = format!("{store:?} {connect:?} {host:?}");
     }
 }
@@ -191,7 +192,8 @@ async fn a_store_with_every_timeout_at_duration_max_works_and_waits_forever() {
     let host_options = HostOptions::default()
         .with_stop_grace(Duration::MAX)
         .with_retry_pause(Duration::MAX)
-        .with_max_sessions(usize::MAX);
+        .with_max_sessions(usize::MAX)
+        .with_settle(Duration::ZERO);
     let store = Arc::new(a);
     let host = SessionHost::start(store.clone(), host_options, vec![Uuid::new_v4()], idle);
     wait_for(

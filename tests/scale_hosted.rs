@@ -60,7 +60,12 @@ async fn ten_thousand_hosted_sessions_are_all_owned_though_replies_come_after_th
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
     let txns_before = txns(etcd.endpoint()).await;
 
-    let host = SessionHost::start(store.clone(), HostOptions::default(), sessions, idle);
+    let host = SessionHost::start(
+        store.clone(),
+        HostOptions::default().with_settle(Duration::ZERO),
+        sessions,
+        idle,
+    );
     let mut events = host.events();
     let open_failures = Arc::new(AtomicUsize::new(0));
     let counting = tokio::spawn({

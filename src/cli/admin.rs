@@ -49,9 +49,15 @@ use super::{Common, Failure};
 
 mod drain;
 mod hosts;
+mod sessions;
 mod watch;
 
 pub(crate) use drain::{DrainArgs, UndrainArgs};
+pub(crate) use sessions::SessionsCommand;
+
+pub(crate) async fn sessions(common: &Common, command: &SessionsCommand) -> Result<(), Failure> {
+    sessions::sessions(&admin(common).await?, command).await
+}
 pub(crate) use hosts::{HostsArgs, hosts};
 
 pub(crate) async fn drain(common: &Common, args: &DrainArgs) -> Result<(), Failure> {

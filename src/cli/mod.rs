@@ -207,6 +207,10 @@ enum Command {
     Drain(admin::DrainArgs),
     /// Ask a drained session host to take its share back.
     Undrain(admin::UndrainArgs),
+    /// The shared session registry: create, finish (the journal deleted once released) or
+    /// list sessions; nodes started with --registry host every registered session.
+    #[command(subcommand)]
+    Sessions(admin::SessionsCommand),
     /// Read, trim or delete a session's journal.
     #[command(subcommand)]
     Journal(admin::JournalCommand),
@@ -484,6 +488,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hosts(args) => admin::hosts(&cli.common, args).await,
         Command::Drain(args) => admin::drain(&cli.common, args).await,
         Command::Undrain(args) => admin::undrain(&cli.common, args).await,
+        Command::Sessions(command) => admin::sessions(&cli.common, command).await,
         Command::Journal(command) => admin::journal(&cli.common, command).await,
         Command::Revoke(args) => admin::revoke(&cli.common, args).await,
         Command::Check(args) => admin::check(&cli.common, args).await,

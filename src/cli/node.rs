@@ -58,6 +58,10 @@ pub(crate) struct NodeArgs {
     /// Host this session (repeatable).
     #[arg(long)]
     session: Vec<Uuid>,
+    /// Host every session of the shared registry (`leasehold sessions create`), as they are
+    /// created and finished; with --sessions or --session, those too.
+    #[arg(long)]
+    registry: bool,
     /// Hold at most this many sessions, whatever the balance allows.
     #[arg(long)]
     max_sessions: Option<usize>,
@@ -65,6 +69,12 @@ pub(crate) struct NodeArgs {
     /// to it among the live nodes (0 takes none).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(..=1000))]
     weight: u32,
+    /// How long this node waits, registered but taking nothing, before it takes any session,
+    /// e.g. `10s`, `0s` (no settling): nodes started together see each other before any takes
+    /// a share, and a node that joins and leaves within it moves nothing. Default: twice the
+    /// TTL.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    settle: Option<Duration>,
     /// Print a line for every acknowledged heartbeat append: its session, epoch, sequence
     /// number and beat (the payload is `heartbeat {node} epoch={epoch} beat={beat}`).
     #[arg(long)]
@@ -204,9 +214,9 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
             .collect(),
         None => args.session.clone(),
     };
-    if sessions.is_empty() {
+    if sessions.is_empty() && !args.registry {
         return Err(Failure::message(
-            "no sessions to host: give --sessions N or --session UUID",
+            "no sessions to host: give --sessions N, --session UUID or --registry",
             2,
         ));
     }
@@ -219,14 +229,25 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     timeline.say(
         &name,
         format_args!(
-            "ready: {} sessions, namespace {}, node lease ttl {:?}",
+            "ready: {} sessions{}, namespace {}, node lease ttl {:?}",
             sessions.len(),
+            if args.registry {
+                " and the registry's"
+            } else {
+                ""
+            },
             common.namespace,
             store.ttl()
         ),
     );
 
     let mut options = HostOptions::default().with_weight(args.weight);
+    if let Some(settle) = args.settle {
+        options = options.with_settle(settle);
+    }
+    if args.registry {
+        options = options.with_registry();
+    }
     if let Some(max) = args.max_sessions {
         options = options.with_max_sessions(max);
     }

@@ -8,27 +8,39 @@ use std::time::Duration;
 use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
+use super::settle::{Listed, Members};
 use super::{Inner, lock};
+use crate::deadline::deadline;
 use crate::etcd::Delete;
 use crate::etcd::write::{self, WritePolicy, Written};
-use crate::keys::prefix_end;
+use crate::keys::{id_under, prefix_end};
 use crate::lease::NodeLease;
 use crate::store::HostValue;
 
 impl Inner {
-    /// Writes this host's key, attached to the current node lease (returned, with whether a
-    /// reply confirmed the put). Not stopped by the host's leaving: it is re-sent until a reply
-    /// settles it, the node lease stops being valid (then it is lost, and the key with it), or
-    /// the store closes (which revokes the node lease), so no send of it is still on its way
-    /// when the leave's delete goes out.
-    async fn register(&self, value: &str) -> Option<(Arc<NodeLease>, bool)> {
+    /// Writes `key` (this host's key, or its joining key while it settles) with `value`,
+    /// attached to the current node lease (returned, with whether a reply confirmed the put);
+    /// with `settled`, the joining key is deleted in the same transaction. Not stopped by the
+    /// host's leaving: it is re-sent until a reply settles it, the node lease stops being valid
+    /// (then it is lost, and the key with it), or the store closes (which revokes the node
+    /// lease), so no send of it is still on its way when the leave's delete goes out.
+    async fn register(
+        &self,
+        key: &str,
+        value: &str,
+        settled: bool,
+    ) -> Option<(Arc<NodeLease>, bool)> {
         let shared = self.store.shared();
         let node = shared.current_node().filter(|node| node.is_valid())?;
-        let txn = Txn::new().and_then([TxnOp::put(
-            self.host_key.as_str(),
+        let mut ops = vec![TxnOp::put(
+            key,
             value,
             Some(PutOptions::new().with_lease(node.id)),
-        )]);
+        )];
+        if settled {
+            ops.push(TxnOp::delete(self.joining_key.as_str(), None));
+        }
+        let txn = Txn::new().and_then(ops);
         let written = write::send(
             &shared.connection,
             &shared.write,
@@ -43,25 +55,36 @@ impl Inner {
         Some((node, replied))
     }
 
-    /// What this host's key should hold now: its maximum is 0 while it drains.
+    /// What this host's key should hold now: as its maximum, no more than the sessions it
+    /// hosts (so it is not given a share it cannot fill; not when it follows the registry), and
+    /// 0 while it drains.
     fn value_now(&self) -> String {
         let mut value = self.host_value.clone();
+        // Hosts that follow the registry host the same sessions by construction.
+        if !self.options.registry {
+            let wanted = lock(&self.wanted).len();
+            value.max = Some(value.max.map_or(wanted, |max| max.min(wanted)));
+        }
         if self.is_draining() {
             value.max = Some(0);
         }
         value.encode()
     }
 
-    /// The live hosts, sorted by key, at one revision: each key and its quota; and whether
-    /// a drain of this host is asked for ([`Admin::drain`](crate::Admin::drain)), read in the
-    /// same transaction.
-    async fn live_hosts(&self) -> Option<(Vec<(Vec<u8>, Quota)>, bool)> {
-        let prefix = self.store.namespace().hosts_prefix();
-        let drain_key = self.store.namespace().drain_key(self.store.id());
-        let options = GetOptions::new().with_range(prefix_end(&prefix));
+    /// The hosts, at one revision: the settled ones (under `{ns}/hosts/`, sorted by key) and
+    /// those settling (under `{ns}/joining/`, by the host key each will have), each with its
+    /// quota; and whether a drain of this host is asked for
+    /// ([`Admin::drain`](crate::Admin::drain)), read in the same transaction.
+    async fn live_hosts(&self) -> Option<Hosts> {
+        let namespace = self.store.namespace();
+        let prefix = namespace.hosts_prefix();
+        let joining_prefix = namespace.joining_prefix();
+        let drain_key = namespace.drain_key(self.store.id());
+        let range = |prefix: &str| Some(GetOptions::new().with_range(prefix_end(prefix)));
         let txn = Txn::new().and_then([
-            TxnOp::get(prefix.as_str(), Some(options)),
+            TxnOp::get(prefix.as_str(), range(&prefix)),
             TxnOp::get(drain_key.as_str(), None),
+            TxnOp::get(joining_prefix.as_str(), range(&joining_prefix)),
         ]);
         let read = self
             .store
@@ -82,21 +105,34 @@ impl Inner {
                 TxnOpResponse::Get(get) => Some(get),
                 _ => None,
             });
-        let hosts = gets
+        let quota = |value: &[u8]| {
+            let value = HostValue::decode(value);
+            Quota {
+                max: value.max,
+                weight: value.weight,
+            }
+        };
+        let settled = gets
             .next()?
             .kvs()
             .iter()
-            .map(|kv| {
-                let value = HostValue::decode(kv.value());
-                let quota = Quota {
-                    max: value.max,
-                    weight: value.weight,
-                };
-                (kv.key().to_vec(), quota)
-            })
+            .map(|kv| (kv.key().to_vec(), quota(kv.value())))
             .collect();
         let drain_asked = gets.next().is_some_and(|get| !get.kvs().is_empty());
-        Some((hosts, drain_asked))
+        let joining = gets.next().map_or_else(Vec::new, |get| {
+            get.kvs()
+                .iter()
+                .filter_map(|kv| {
+                    let store = id_under(&joining_prefix, kv.key())?;
+                    Some((namespace.host_key(store).into_bytes(), quota(kv.value())))
+                })
+                .collect()
+        });
+        Some(Hosts {
+            settled,
+            joining,
+            drain_asked,
+        })
     }
 
     /// Sheds owned sessions until at most `cap` are held.
@@ -114,33 +150,78 @@ impl Inner {
     }
 }
 
-/// Keeps this host's key alive and its cap current; sheds what is over the cap. When the host
-/// starts leaving, deletes the host's key and ends. Registering and leaving are done here
-/// alone, one after the other, so the delete always comes after the last put.
+/// The hosts as one read found them: see [`Inner::live_hosts`].
+struct Hosts {
+    settled: Vec<Listed>,
+    joining: Vec<Listed>,
+    drain_asked: bool,
+}
+
+/// Keeps this host's key alive and its cap current; sheds what is over the cap. A new host
+/// first settles under its joining key, taking nothing. When the host starts leaving, deletes
+/// its keys and ends. Registering and leaving are done here alone, one after the other, so the
+/// delete always comes after the last put.
 pub(super) async fn balance(inner: Arc<Inner>) {
     let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
-    // The node lease and value of the last put a reply confirmed.
-    let mut registered: Option<(i64, String)> = None;
-    // The node lease and value of the last put sent: the key, if it exists, is attached to it
-    // and holds that value (or an earlier one, if that put was never applied).
+    let settle = inner
+        .options
+        .settle
+        .unwrap_or_else(|| inner.store.ttl().saturating_mul(2));
+    // While this host settles: when that ends, from the first put of its joining key a reply
+    // confirmed (`None` before).
+    let mut settling: Option<Option<Instant>> = (!settle.is_zero()).then_some(None);
+    let mut members = Members::default();
+    // The hosts counted at the last read, the value the last confirmed put of the host key
+    // wrote, and the value it should hold then.
+    let mut last: Option<(Vec<Listed>, Option<String>, String)> = None;
+    // The node lease, key and value of the last put a reply confirmed.
+    let mut registered: Option<(i64, String, String)> = None;
+    // The node lease and value of the last put sent to the host key, and to the joining key
+    // (until a put of the host key, which deletes it, is confirmed): the key, if it exists, is
+    // attached to it and holds that value (or an earlier one, if that put was never applied).
     let mut written: Option<(Arc<NodeLease>, String)> = None;
+    let mut written_joining: Option<(Arc<NodeLease>, String)> = None;
     loop {
+        if let Some(Some(until)) = settling
+            && Instant::now() >= until
+        {
+            settling = None;
+            tracing::debug!(node = inner.store.node(), "session host settled");
+        }
+        let joining = settling.is_some();
+        let key = if joining {
+            &inner.joining_key
+        } else {
+            &inner.host_key
+        };
         let node = inner.store.node_lease_id();
         let value = inner.value_now();
         if let Some(node) = node
-            && registered.as_ref() != Some(&(node, value.clone()))
+            && registered.as_ref() != Some(&(node, key.clone(), value.clone()))
             && !inner.leaving.is_cancelled()
-            && let Some((lease, replied)) = inner.register(&value).await
+            && let Some((lease, replied)) = inner
+                .register(key, &value, !joining && written_joining.is_some())
+                .await
         {
             if replied {
-                registered = Some((lease.id, value.clone()));
+                registered = Some((lease.id, key.clone(), value.clone()));
+                match &mut settling {
+                    Some(until @ None) => *until = Some(deadline(Instant::now(), settle)),
+                    Some(Some(_)) => {}
+                    None => written_joining = None,
+                }
             }
-            written = Some((lease, value.clone()));
+            if joining {
+                written_joining = Some((lease, value.clone()));
+            } else {
+                written = Some((lease, value.clone()));
+            }
         }
         if inner.leaving.is_cancelled() {
             break;
         }
-        if let Some((mut hosts, drain_asked)) = inner.live_hosts().await {
+        if let Some(hosts) = inner.live_hosts().await {
+            let drain_asked = hosts.drain_asked;
             if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
                 tracing::info!(
                     node = inner.store.node(),
@@ -150,71 +231,115 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 // The key is written again (its maximum) at the next tick.
                 inner.recount.notify_one();
             }
-            let wanted = lock(&inner.wanted).len();
-            let own = inner.host_key.as_bytes();
-            // Not (yet) listed: count itself, last.
-            let rank = hosts
-                .iter()
-                .position(|(key, _)| key == own)
-                .unwrap_or_else(|| {
-                    let quota = Quota {
-                        max: inner.options.max_sessions,
-                        weight: inner.options.weight,
-                    };
-                    hosts.push((own.to_vec(), quota));
-                    hosts.len() - 1
-                });
-            let quotas: Vec<Quota> = hosts.iter().map(|(_, quota)| *quota).collect();
-            let share = weighted_shares(wanted, &quotas)[rank];
-            let draining = inner.is_draining();
-            let cap = match inner.options.max_sessions {
-                _ if draining => 0,
-                Some(max) => share.min(max),
-                None => share,
-            };
-            let live = hosts.len();
-            if inner
-                .cap
-                .send_if_modified(|current| std::mem::replace(current, cap) != cap)
-            {
-                tracing::debug!(
-                    node = inner.store.node(),
-                    live,
-                    wanted,
-                    cap,
-                    "session host share"
-                );
-            }
-            // A drain sheds only once the key says so: the others then count this host out
-            // of the balance, and have room for what it sheds.
-            let drain_said = registered.as_ref().is_some_and(|(_, said)| *said == value);
-            if !draining || drain_said {
-                inner.shed_to(cap);
+            // A settling host takes nothing.
+            if !joining {
+                let counted = members.count(hosts.settled, hosts.joining);
+                let said = registered
+                    .as_ref()
+                    .filter(|(_, said_key, _)| said_key == key)
+                    .map(|(_, _, said)| said.clone());
+                inner.take_share(counted.clone(), said.as_ref(), &value);
+                last = Some((counted, said, value.clone()));
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
-            _ = inner.recount.notified() => {}
-            _ = inner.leaving.cancelled() => break,
+        let wake = match settling {
+            Some(Some(until)) => until.min(deadline(Instant::now(), tick)),
+            _ => deadline(Instant::now(), tick),
+        };
+        let leave = loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => break false,
+                _ = inner.recount.notified() => break false,
+                _ = inner.leaving.cancelled() => break true,
+                // The wanted sessions changed: the shares again, from the hosts last read.
+                _ = inner.resized.notified() => {
+                    if let Some((counted, said, value)) = &last {
+                        inner.take_share(counted.clone(), said.as_ref(), value);
+                    }
+                }
+            }
+        };
+        if leave {
+            break;
         }
     }
-    inner.leave(written).await;
+    inner.leave(written, written_joining).await;
     inner.left.cancel();
 }
 
 impl Inner {
-    /// Hands this host's share over: takes no more sessions and deletes the host's key (put
-    /// last on `node`, with `value`), so the other hosts' shares grow. The delete is guarded by this host's
-    /// value and tried for at most three write attempts here; one not confirmed by then is
-    /// handed to the store's background deletes, which re-send it until it is confirmed or
-    /// `node` is lost (its end deletes the key).
-    async fn leave(&self, written: Option<(Arc<NodeLease>, String)>) {
-        self.cap.send_replace(0);
-        let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) else {
-            return;
+    /// Sets this host's cap to its share among the `counted` hosts and sheds what is over it;
+    /// `said` is the value of the last put of its key a reply confirmed, `value` the one it
+    /// should hold now.
+    fn take_share(&self, mut counted: Vec<Listed>, said: Option<&String>, value: &str) {
+        let wanted = lock(&self.wanted).len();
+        let own = self.host_key.as_bytes();
+        // Not (yet) listed: count itself, last.
+        let rank = counted
+            .iter()
+            .position(|(key, _)| key == own)
+            .unwrap_or_else(|| {
+                let own_value = HostValue::decode(value.as_bytes());
+                let quota = Quota {
+                    max: own_value.max,
+                    weight: own_value.weight,
+                };
+                counted.push((own.to_vec(), quota));
+                counted.len() - 1
+            });
+        let quotas: Vec<Quota> = counted.iter().map(|(_, quota)| *quota).collect();
+        let share = weighted_shares(wanted, &quotas)[rank];
+        let draining = self.is_draining();
+        let cap = match self.options.max_sessions {
+            _ if draining => 0,
+            Some(max) => share.min(max),
+            None => share,
         };
+        let live = counted.len();
+        if self
+            .cap
+            .send_if_modified(|current| std::mem::replace(current, cap) != cap)
+        {
+            tracing::debug!(
+                node = self.store.node(),
+                live,
+                wanted,
+                cap,
+                "session host share"
+            );
+        }
+        // A drain sheds only once the key says so: the others then count this host out of
+        // the balance, and have room for what it sheds.
+        if !draining || said.is_some_and(|said| said == value) {
+            self.shed_to(cap);
+        }
+    }
+}
+
+impl Inner {
+    /// Hands this host's share over: takes no more sessions and deletes the host's key (put
+    /// last on a node lease, with a value: `written`), and its joining key if a put of the host
+    /// key did not confirm its delete (`joining`), so the other hosts' shares grow. Each delete
+    /// is guarded by this host's value and tried for at most three write attempts here; one not
+    /// confirmed by then is handed to the store's background deletes, which re-send it until it
+    /// is confirmed or its node lease is lost (its end deletes the key).
+    async fn leave(
+        &self,
+        written: Option<(Arc<NodeLease>, String)>,
+        joining: Option<(Arc<NodeLease>, String)>,
+    ) {
+        self.cap.send_replace(0);
+        for (key, written) in [(&self.host_key, written), (&self.joining_key, joining)] {
+            if let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) {
+                self.delete_key(key, node, &value).await;
+            }
+        }
+    }
+
+    /// Deletes `key` if it still holds `value`: see [`leave`](Self::leave).
+    async fn delete_key(&self, key: &str, node: Arc<NodeLease>, value: &str) {
         let shared = self.store.shared();
-        let delete = Delete::holding(self.host_key.as_str(), value.as_str());
+        let delete = Delete::holding(key, value);
         let until = Instant::now().checked_add(leave_bound(&shared.write));
         let written = write::send(
             &shared.connection,
@@ -228,13 +353,13 @@ impl Inner {
         .await;
         match written {
             Written::Replied(_) => {
-                tracing::debug!(key = %self.host_key, "session host key deleted");
+                tracing::debug!(%key, "session host key deleted");
             }
             Written::Failed(error)
             | Written::Unknown(error)
             | Written::Refused { error, .. }
             | Written::Resolved { unknown: error, .. } => {
-                tracing::warn!(key = %self.host_key, %error, "session host key delete deferred to the background");
+                tracing::warn!(%key, %error, "session host key delete deferred to the background");
                 shared.delete_in_background(vec![delete], node);
             }
         }

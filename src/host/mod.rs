@@ -48,6 +48,27 @@
 //! acquisition or open failed, for its pause), so standbys never keep a host from owning its
 //! share. A session freed while a host is full makes it list the hosts again at once.
 //!
+//! A host's key carries as its maximum no more than the sessions it hosts, so a host given
+//! fewer sessions than the others (or whose sessions were [removed](SessionHost::remove)) is not
+//! given a share it cannot fill: a host that removed all of its sessions counts as a maximum of
+//! 0, and the others own them.
+//!
+//! # Joining
+//!
+//! A new host first *settles*: for [`HostOptions::settle`] (default twice the store's TTL) from
+//! its first confirmed put, its key is `{ns}/joining/{store}` instead (the same value, attached
+//! to the node lease), and it takes nothing. The settled hosts do not count it, so none sheds a
+//! session to it: a host that joins and leaves again within its settle period moves nothing.
+//! Once settled, it writes its key under `{ns}/hosts/` and deletes the joining key in one
+//! transaction; the others count it from their next tick and shed its share to it.
+//!
+//! The first share a host takes once settled counts, besides the settled hosts, every host it
+//! sees still settling (until each settles or goes), so hosts started together, or within a
+//! settle period of each other, each take their own share from the start instead of the first
+//! taking everything and shedding it again. A host that leaves is counted out at once, settled
+//! or not. Hosts of earlier releases do not read `{ns}/joining/` and count a new host from its
+//! settle's end, as these do.
+//!
 //! # Weights
 //!
 //! A host's [`HostOptions::weight`] (default 1) is written into its key (host value version
@@ -90,8 +111,10 @@
 
 mod balance;
 mod options;
+mod registry;
 mod route;
 mod session;
+mod settle;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -163,8 +186,13 @@ struct Inner {
     /// Asks the balance loop to count the live hosts now (a session was freed while this
     /// host had no slot for it: maybe a host left).
     recount: Notify,
+    /// Tells the balance loop that the wanted sessions changed: it computes the shares again
+    /// from the hosts it last read, with no request.
+    resized: Notify,
     events: broadcast::Sender<HostEvent>,
     host_key: String,
+    /// `{ns}/joining/{store}`: where this host registers while it settles.
+    joining_key: String,
     /// What this host writes into its key: unique to this host (it carries a nonce), so the
     /// leave's delete, guarded by it, deletes this host's registration and no other. While
     /// draining, its maximum is written as 0.
@@ -215,6 +243,7 @@ impl SessionHost {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let host_key = store.namespace().host_key(store.shared().id);
+        let joining_key = store.namespace().joining_key(store.shared().id);
         let host_value = HostValue {
             max: options.max_sessions,
             weight: options.weight,
@@ -234,8 +263,10 @@ impl SessionHost {
             cap: watch::Sender::new(0),
             freed: watch::Sender::new(()),
             recount: Notify::new(),
+            resized: Notify::new(),
             events: broadcast::Sender::new(HOST_EVENTS_BUFFERED),
             host_key,
+            joining_key,
             host_value,
             draining: std::sync::atomic::AtomicBool::new(false),
             drain_asked: std::sync::atomic::AtomicBool::new(false),
@@ -244,36 +275,28 @@ impl SessionHost {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
-        inner.tasks.spawn(balance(inner.clone()));
         let host = Self { inner };
         for session in sessions {
             host.add(session);
+        }
+        // Its key's first value counts the sessions it was started with.
+        host.inner.tasks.spawn(balance(host.inner.clone()));
+        if host.inner.options.registry {
+            host.inner.tasks.spawn(registry::follow(host.inner.clone()));
         }
         host
     }
 
     /// Hosts `session` too (nothing happens if it is hosted already).
     pub fn add(&self, session: Uuid) {
-        let inner = &self.inner;
-        if inner.shutdown.is_cancelled() {
-            return;
-        }
-        let mut wanted = lock(&inner.wanted);
-        if wanted.contains_key(&session) {
-            return;
-        }
-        let stop = inner.shutdown.child_token();
-        wanted.insert(session, stop.clone());
-        inner
-            .tasks
-            .spawn(host_session(inner.clone(), session, stop));
+        self.inner.add(session);
     }
 
-    /// Stops hosting `session`: if it is owned, its rig is shut down in order.
+    /// Stops hosting `session`: if it is owned, its rig is shut down in order. Only this host
+    /// stops: the others that host it take it (this host's key counts no more sessions than
+    /// it hosts, so their shares grow to cover it).
     pub fn remove(&self, session: Uuid) {
-        if let Some(stop) = lock(&self.inner.wanted).remove(&session) {
-            stop.cancel();
-        }
+        self.inner.remove(session);
     }
 
     /// The sessions this host owns now, each with its lease's epoch, in no order.
@@ -366,6 +389,28 @@ impl Drop for SessionHost {
 }
 
 impl Inner {
+    fn add(self: &Arc<Self>, session: Uuid) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        let mut wanted = lock(&self.wanted);
+        if wanted.contains_key(&session) {
+            return;
+        }
+        let stop = self.shutdown.child_token();
+        wanted.insert(session, stop.clone());
+        drop(wanted);
+        self.tasks.spawn(host_session(self.clone(), session, stop));
+        self.resized.notify_one();
+    }
+
+    fn remove(&self, session: Uuid) {
+        if let Some(stop) = lock(&self.wanted).remove(&session) {
+            stop.cancel();
+            self.resized.notify_one();
+        }
+    }
+
     fn emit(&self, event: HostEvent) {
         let _ = self.events.send(event);
     }

@@ -27,6 +27,17 @@ pub struct HostOptions {
     /// This host's weight in the balance: its share is proportional to it among the live hosts
     /// (0 takes no sessions, as a drained host). Default 1.
     pub weight: u32,
+    /// How long a new host waits, registered under `{ns}/joining/`, before it takes any session
+    /// (see the [host docs](super#joining)): long enough that hosts started together see each
+    /// other before any takes a share, and that a host which joins and leaves again within it
+    /// moves nothing. `None` (the default): twice the store's TTL. Zero: no settling.
+    pub settle: Option<Duration>,
+    /// Whether the host follows the shared session registry (`{ns}/sessions/`, see
+    /// [`Admin::create_session`](crate::Admin::create_session)): every registered session is
+    /// hosted from the snapshot or watch event that shows it, and removed when it is finished,
+    /// besides the sessions given to [`start`](super::SessionHost::start) and
+    /// [`add`](super::SessionHost::add). Default: false (a fixed set).
+    pub registry: bool,
     /// How long the user's work may take to return once its token is cancelled before it is
     /// aborted. Default 5 s.
     pub stop_grace: Duration,
@@ -45,6 +56,8 @@ impl std::fmt::Debug for HostOptions {
         f.debug_struct("HostOptions")
             .field("max_sessions", &self.max_sessions)
             .field("weight", &self.weight)
+            .field("settle", &self.settle)
+            .field("registry", &self.registry)
             .field("stop_grace", &self.stop_grace)
             .field("retry_pause", &self.retry_pause)
             .field("max_retry_pause", &self.max_retry_pause)
@@ -57,6 +70,8 @@ impl Default for HostOptions {
         Self {
             max_sessions: None,
             weight: 1,
+            settle: None,
+            registry: false,
             stop_grace: Duration::from_secs(5),
             retry_pause: Duration::from_millis(500),
             max_retry_pause: Duration::from_secs(60),
@@ -77,6 +92,18 @@ impl HostOptions {
     /// weights once every host reads them.
     pub fn with_weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// Sets how long a new host [settles](Self::settle) before it takes any session.
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.settle = Some(settle);
+        self
+    }
+
+    /// Makes the host follow the shared session registry (see [`registry`](Self::registry)).
+    pub fn with_registry(mut self) -> Self {
+        self.registry = true;
         self
     }
 

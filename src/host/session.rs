@@ -32,6 +32,16 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
             }
             freed.borrow_and_update();
             cap.borrow_and_update();
+            if standby.held_elsewhere() {
+                // Held elsewhere: a slot taken for it would go to a refused acquisition (while
+                // an unowned session waits for it). Stand by for the delete.
+                tokio::select! {
+                    _ = standby.notified() => freed_elsewhere = true,
+                    _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
             if inner.reserve() {
                 break;
             }

@@ -602,6 +602,13 @@ impl Standby {
     pub(crate) async fn notified(&self) {
         self.waiter.notified().await;
     }
+
+    /// Whether the owner watch last showed the session's key put by another store: trying to
+    /// acquire it would be refused until it is deleted (which notifies this standby). A hint
+    /// only: the acquisition's compare decides.
+    pub(crate) fn held_elsewhere(&self) -> bool {
+        self.shared.registry().held_elsewhere(self.session)
+    }
 }
 
 impl Drop for Standby {

@@ -59,6 +59,9 @@ struct Entry {
     /// Events seen while an acquisition was under way.
     seen: Vec<OwnerEvent>,
     waiters: Vec<Arc<Notify>>,
+    /// The last event the watch showed is another store's put (a hint for standbys: the
+    /// session is held elsewhere until a delete, so trying to acquire it is futile).
+    held_elsewhere: bool,
     /// The nonce of a key of ours whose release is under way, until the watch sees it
     /// deleted: a late event of its creation is not an orphan's (the release deletes it).
     releasing: Option<Uuid>,
@@ -178,6 +181,7 @@ impl Registry {
             held.lose(reason);
             entry.held = None;
         }
+        entry.held_elsewhere = matches!(event, OwnerEvent::Put { ours: None, .. });
         if matches!(event, OwnerEvent::Deleted { .. }) {
             // The key being released (if any) is gone.
             entry.releasing = None;
@@ -228,9 +232,19 @@ impl Registry {
         }
     }
 
-    /// Wakes every standby (after a watch restart: events may have been missed).
-    pub(crate) fn notify_all_waiters(&self) {
-        for entry in self.entries.values() {
+    /// Whether the last owner-key event the watch showed for `session` is another store's
+    /// put (only known while something here cares about the session).
+    pub(crate) fn held_elsewhere(&self, session: Uuid) -> bool {
+        self.entries
+            .get(&session)
+            .is_some_and(|entry| entry.held_elsewhere)
+    }
+
+    /// Wakes every standby (after a watch restart: events may have been missed, so no session
+    /// is known to be held elsewhere until the next event).
+    pub(crate) fn notify_all_waiters(&mut self) {
+        for entry in self.entries.values_mut() {
+            entry.held_elsewhere = false;
             for waiter in &entry.waiters {
                 waiter.notify_one();
             }
