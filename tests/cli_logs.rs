@@ -21,7 +21,7 @@ async fn json_logs_name_node_namespace_session_and_epoch() {
             etcd.ns.as_str(),
         ])
         .args(["--node", "logger", "--log-format", "json"])
-        .args(["node", "--sessions", "1"])
+        .args(["node", "--sessions", "1", "--settle", "0s"])
         .env("LEASEHOLD_LOG", "info")
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())

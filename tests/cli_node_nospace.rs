@@ -57,6 +57,7 @@ async fn a_node_says_nospace_once_reports_it_and_resumes_by_itself_once_disarmed
         .args(["--namespace", etcd.ns.as_str()])
         .args(["--node", "full", "--ttl", "5", "--margin", "1"])
         .args(["node", "--sessions", "2", "--print-appends", "--keep", "20"])
+        .args(["--settle", "0s"])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .env_remove("LEASEHOLD_METRICS_ADDR")
         .env_remove("LEASEHOLD_LOG")

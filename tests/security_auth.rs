@@ -416,7 +416,15 @@ async fn no_secret_reaches_the_commands_output() {
     // A node that owns a session for a few seconds, then stops on SIGTERM.
     let session = Uuid::new_v4().to_string();
     let mut node = command(
-        &["node", "--session", &session, "--ttl", "3"],
+        &[
+            "node",
+            "--session",
+            &session,
+            "--ttl",
+            "3",
+            "--settle",
+            "0s",
+        ],
         Some(PASSWORD),
     )
     .stdout(Stdio::piped())
