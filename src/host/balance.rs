@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
-use super::settle::{Listed, Members};
+use super::settle::Members;
 use super::{Inner, lock};
 use crate::deadline::deadline;
 use crate::etcd::Delete;
@@ -149,6 +149,9 @@ impl Inner {
         }
     }
 }
+
+/// A host's key and its quota.
+type Listed = super::settle::Listed<Quota>;
 
 /// The hosts as one read found them: see [`Inner::live_hosts`].
 struct Hosts {

@@ -3,8 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use super::balance::Quota;
-
 /// The hosts that count in the shares, as this host sees them once it has settled: every
 /// settled host (under `{ns}/hosts/`), and the hosts that were still settling (under
 /// `{ns}/joining/`) when this one settled, until they settle or go. So hosts started together
@@ -18,14 +16,19 @@ pub(super) struct Members {
     expected: Option<BTreeSet<Vec<u8>>>,
 }
 
-/// A host's key (under `{ns}/hosts/`, the form a settling host's is given too) and its quota.
-pub(super) type Listed = (Vec<u8>, Quota);
+/// A host's key (under `{ns}/hosts/`, the form a settling host's is given too) and what it
+/// says of its share.
+pub(super) type Listed<Q> = (Vec<u8>, Q);
 
 impl Members {
     /// The hosts counted in the shares, sorted by host key: `hosts` (settled), and those of
     /// `joining` (settling) that were settling at the first count. Called only once this host
     /// has settled.
-    pub(super) fn count(&mut self, hosts: Vec<Listed>, joining: Vec<Listed>) -> Vec<Listed> {
+    pub(super) fn count<Q>(
+        &mut self,
+        hosts: Vec<Listed<Q>>,
+        joining: Vec<Listed<Q>>,
+    ) -> Vec<Listed<Q>> {
         let expected = self
             .expected
             .get_or_insert_with(|| joining.iter().map(|(key, _)| key.clone()).collect());
@@ -45,19 +48,14 @@ impl Members {
 #[cfg(test)]
 mod tests {
     use super::{Listed, Members};
-    use crate::host::balance::Quota;
 
-    fn listed(keys: &[&str]) -> Vec<Listed> {
-        let quota = Quota {
-            max: None,
-            weight: 1,
-        };
+    fn listed(keys: &[&str]) -> Vec<Listed<()>> {
         keys.iter()
-            .map(|key| (key.as_bytes().to_vec(), quota))
+            .map(|key| (key.as_bytes().to_vec(), ()))
             .collect()
     }
 
-    fn keys(counted: &[Listed]) -> Vec<&str> {
+    fn keys(counted: &[Listed<()>]) -> Vec<&str> {
         counted
             .iter()
             .map(|(key, _)| std::str::from_utf8(key).unwrap())
