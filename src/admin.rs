@@ -232,6 +232,33 @@ impl Admin {
         Authority::admin(self.connection.retry_policy().deadline)
     }
 
+    /// Sends an idempotent `txn` through the one write path, with no resolving read: an
+    /// outcome left unknown is an error (repeating the request is safe).
+    async fn send_idempotent(
+        &self,
+        operation: &'static str,
+        txn: &Txn,
+    ) -> Result<write::Reply, EtcdError> {
+        let authority = self.authority();
+        let written = write::send(
+            &self.connection,
+            &self.policy,
+            operation,
+            txn,
+            None,
+            || authority.go_on(),
+            &self.stop,
+        )
+        .await;
+        match written {
+            Written::Replied(reply) => Ok(reply),
+            Written::Unknown(error)
+            | Written::Failed(error)
+            | Written::Refused { error, .. }
+            | Written::Resolved { unknown: error, .. } => Err(error),
+        }
+    }
+
     fn owner_of(&self, kv: &etcd_client::KeyValue) -> Option<Owner> {
         let session = id_under(&self.namespace.owners_prefix(), kv.key())?;
         let value = OwnerValue::decode(kv.value());

@@ -11,7 +11,6 @@ use uuid::Uuid;
 
 use super::Admin;
 use crate::etcd::EtcdError;
-use crate::etcd::write::{self, Written};
 
 /// Asking a host to drain or undrain failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,27 +72,12 @@ impl Admin {
         self.send("undrain", &txn).await.map(|_| ())
     }
 
-    /// Sends `txn` through the one write path: whether it succeeded (its compares held).
+    /// Sends `txn` (both requests are idempotent): whether it succeeded (its compares held).
     async fn send(&self, operation: &'static str, txn: &Txn) -> Result<bool, DrainError> {
-        let authority = self.authority();
-        let written = write::send(
-            &self.connection,
-            &self.policy,
-            operation,
-            txn,
-            None,
-            || authority.go_on(),
-            &self.stop,
-        )
-        .await;
-        match written {
-            Written::Replied(response) => Ok(response.succeeded()),
-            // No resolving read is given: an outcome left unknown is an error (repeating is
-            // safe: both requests are idempotent).
-            Written::Unknown(error)
-            | Written::Failed(error)
-            | Written::Refused { error, .. }
-            | Written::Resolved { unknown: error, .. } => Err(DrainError::Etcd(error)),
-        }
+        let reply = self
+            .send_idempotent(operation, txn)
+            .await
+            .map_err(DrainError::Etcd)?;
+        Ok(reply.succeeded())
     }
 }

@@ -19,7 +19,6 @@ use uuid::Uuid;
 
 use super::Admin;
 use crate::etcd::EtcdError;
-use crate::etcd::write::{self, Reply, Written};
 use crate::journal::{Deleted, RetentionError};
 use crate::keys::id_under;
 
@@ -107,7 +106,10 @@ impl Admin {
             .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), metadata, None)])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let response = self.registry_send("create session", &txn).await?;
+        let response = self
+            .send_idempotent("create session", &txn)
+            .await
+            .map_err(RegistryError::Etcd)?;
         if response.succeeded() {
             let revision = response.header().map_or(0, |header| header.revision());
             let created = RegisteredSession {
@@ -153,7 +155,10 @@ impl Admin {
     ) -> Result<Finished, RegistryError> {
         let key = self.namespace.session_key(session);
         let txn = Txn::new().and_then([TxnOp::delete(key.as_str(), None)]);
-        let response = self.registry_send("finish session", &txn).await?;
+        let response = self
+            .send_idempotent("finish session", &txn)
+            .await
+            .map_err(RegistryError::Etcd)?;
         // A first send that applied unseen deleted it.
         let was_registered = response.after_unknown()
             || response.op_responses().into_iter().any(|op| match op {
@@ -182,32 +187,5 @@ impl Admin {
             was_registered,
             journal,
         })
-    }
-
-    /// Sends `txn` through the one write path; an outcome left unknown is an error (every
-    /// registry request is idempotent: repeating it is safe).
-    async fn registry_send(
-        &self,
-        operation: &'static str,
-        txn: &Txn,
-    ) -> Result<Reply, RegistryError> {
-        let authority = self.authority();
-        let written = write::send(
-            &self.connection,
-            &self.policy,
-            operation,
-            txn,
-            None,
-            || authority.go_on(),
-            &self.stop,
-        )
-        .await;
-        match written {
-            Written::Replied(response) => Ok(response),
-            Written::Unknown(error)
-            | Written::Failed(error)
-            | Written::Refused { error, .. }
-            | Written::Resolved { unknown: error, .. } => Err(RegistryError::Etcd(error)),
-        }
     }
 }
