@@ -13,6 +13,7 @@
 //! | `{ns}/workspaces/{id}` | workspace-root ownership |
 //! | `{ns}/hosts/{store}` | a live [`SessionHost`](crate::SessionHost), attached to its node lease |
 //! | `{ns}/drains/{store}` | a request that the host of that store drain ([`Admin::drain`](crate::Admin::drain)), attached to its node lease |
+//! | `{ns}/moves/{session}` | a move of the session under way ([`Admin::move_session`](crate::Admin::move_session)), attached to the target's node lease |
 //!
 //! Owner keys have a prefix of their own so that one watch per node on `{ns}/owners/` sees
 //! every ownership change and nothing else. Sequence numbers are zero-padded to 20 digits (the
@@ -175,6 +176,17 @@ impl Namespace {
     pub fn drain_key(&self, store: Uuid) -> String {
         format!("{}/drains/{}", self.0, store.hyphenated())
     }
+
+    /// `{ns}/moves/`: the prefix of the moves under way, which session hosts watch.
+    pub fn moves_prefix(&self) -> String {
+        format!("{}/moves/", self.0)
+    }
+
+    /// `{ns}/moves/{session}`: a move of `session` to another host, attached to the target's
+    /// node lease. While it exists, only the target's store may acquire the session.
+    pub fn move_key(&self, session: Uuid) -> String {
+        format!("{}/moves/{}", self.0, session.hyphenated())
+    }
 }
 
 impl Default for Namespace {
@@ -280,6 +292,11 @@ mod tests {
         );
         assert!(ns.joining_key(s).starts_with(&ns.joining_prefix()));
         assert!(!ns.joining_key(s).starts_with(&ns.hosts_prefix()));
+        assert_eq!(
+            ns.move_key(s),
+            "t1/moves/01234567-89ab-cdef-0123-456789abcdef"
+        );
+        assert!(ns.move_key(s).starts_with(&ns.moves_prefix()));
     }
 
     #[test]

@@ -290,7 +290,8 @@ async fn acquire_one(
                 },
             );
         }
-        Err(AcquireError::TimedOut { .. }) => {
+        // Moving to another node: refused as held, by nobody yet.
+        Err(AcquireError::TimedOut { .. } | AcquireError::Moving { .. }) => {
             let holder = sidecar.owner(session).await.ok().flatten();
             let (epoch, node) = holder.unwrap_or((Epoch(0), String::new()));
             return (session, Acquisition::Held { epoch, node });

@@ -1,8 +1,10 @@
 //! The acquire protocol.
 //!
-//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease),
-//! get(tip) else get(owner)`, sent through the crate's one write path and re-sent while the
-//! node lease is valid. What it came to:
+//! One transaction: `if create_revision(owner) == 0 && create_revision(move) == 0 then put(owner,
+//! value, lease = node lease), get(tip) else get(owner), get(move)`, sent through the crate's one
+//! write path and re-sent while the node lease is valid (`move` is the session's move key,
+//! `{ns}/moves/{session}`, which exists only while [`Admin::move_session`] moves it). What it
+//! came to:
 //!
 //! - applied: the epoch is the reply's revision (the key's `create_revision`), and the tip read
 //!   in the same transaction is kept for the journal's open, which fences at it without
@@ -10,6 +12,12 @@
 //! - compare failed: the `else` branch read the owner key. Our store id and nonce mean an
 //!   earlier send committed: adopt it. Anything else: [`LeaseHeldError`] with the holder's
 //!   epoch;
+//! - compare failed on the move key alone: the session is free but being moved. To another
+//!   store: [`AcquireError::Moving`], and no store but the target's can take it until the move
+//!   ends. To this store: sent again as the move's own acquisition, `if create_revision(owner) ==
+//!   0 && mod_revision(move) == as read then put(owner, …), get(tip), delete(move)`, so the
+//!   move ends with the acquisition that completes it (the session host sends that one first,
+//!   from the move it read);
 //! - unknown until the node lease stopped being valid: one read of the owner key settles it the
 //!   same way, or leaves it unknown when the key is absent (a late commit is then found by the
 //!   watch as a key nobody adopted, and deleted).
@@ -17,17 +25,19 @@
 //! The acquisition is registered with the registry while it is under way, so watch events for
 //! its session that arrive before it returns still apply to the lease it returns. A lease that
 //! was lost meanwhile is not handed out: the caller gets [`AcquireError::Lost`].
+//!
+//! [`Admin::move_session`]: crate::Admin::move_session
 
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnResponse};
 use uuid::Uuid;
 
-use super::StoreShared;
 use super::owner_value::OwnerValue;
+use super::{MoveValue, StoreShared};
 use crate::etcd::write::{self, Written};
 use crate::etcd::{EtcdError, gets};
-use crate::lease::{Epoch, Lease, LeaseState, LossReason};
+use crate::lease::{Epoch, Lease, LeaseState, LossReason, NodeLease};
 use crate::metrics::Put;
 use crate::store::{AcquireError, LeaseHeldError};
 
@@ -84,18 +94,29 @@ fn hand_out(loss: Option<LossReason>) -> Result<(), AcquireError> {
 }
 
 impl StoreShared {
-    pub(super) async fn acquire(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+    /// Acquires `session`; `moved`: the `mod_revision` of a move of it to this store, as read,
+    /// which the first send compares (and deletes) instead of comparing that there is none.
+    pub(super) async fn acquire(
+        self: Arc<Self>,
+        session: Uuid,
+        moved: Option<i64>,
+    ) -> Result<Lease, AcquireError> {
         let metrics = self.metrics.clone();
-        let acquired = self.acquire_once(session).await;
+        let gate = moved.map_or(Gate::NoMove, |mod_revision| Gate::Move { mod_revision });
+        let acquired = self.acquire_once(session, gate).await;
         match &acquired {
             Ok(lease) => lease.state().count_held(&metrics),
-            Err(AcquireError::Held(_)) => metrics.acquisition("held"),
+            Err(AcquireError::Held(_) | AcquireError::Moving { .. }) => metrics.acquisition("held"),
             Err(_) => metrics.acquisition("failed"),
         }
         acquired
     }
 
-    async fn acquire_once(self: Arc<Self>, session: Uuid) -> Result<Lease, AcquireError> {
+    async fn acquire_once(
+        self: Arc<Self>,
+        session: Uuid,
+        mut gate: Gate,
+    ) -> Result<Lease, AcquireError> {
         // The store's user may not see its namespace: permanent (see the owner watch).
         self.refused()?;
         let node = self
@@ -103,44 +124,26 @@ impl StoreShared {
             .filter(|node| node.is_valid())
             .ok_or(AcquireError::NodeLeaseInvalid)?;
         let key = self.namespace.owner_key(session);
-        let tip_key = self.namespace.tip_key(session);
         let nonce = Uuid::now_v7();
-        let value = self.owner_value(nonce);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.as_str(),
-                    value,
-                    Some(PutOptions::new().with_lease(node.id)),
-                ),
-                TxnOp::get(tip_key.as_str(), None),
-            ])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
-
         let acquiring = Acquiring::begin(&self, session);
-        let written = write::send(
-            &self.connection,
-            &self.write,
-            "acquire",
-            &txn,
-            Some(&resolve),
-            || node.is_valid(),
-            &self.shutdown,
-        )
-        .await;
-        match &written {
-            // The acquire transaction puts: etcd answered it (applied, or its compare failed),
-            // which it does only while it accepts puts.
-            Written::Replied(_) => self.metrics.written(Put::Accepted),
-            // Applied or not, etcd refuses puts now.
-            Written::Refused { .. } => self.metrics.written(Put::RefusedForSpace),
-            // Refused otherwise (a refusal for space is `Refused`), or a read settled it, or
-            // nothing did: the next write says.
-            Written::Failed(_) | Written::Resolved { .. } | Written::Unknown(_) => {}
-        }
-        let outcome = self.settle(session, nonce, written);
+        // A move found in the way changes the compare; a session whose move keeps changing
+        // under the acquisition is reported as moving, not chased.
+        let mut sends = 0;
+        let outcome = loop {
+            sends += 1;
+            let written = self.send_acquire(session, nonce, &node, gate).await;
+            match self.settle(session, nonce, gate, written) {
+                Ok(acquired) => break Ok(acquired),
+                Err(Settled::Failed(error)) => break Err(error),
+                Err(Settled::Gate(next)) if sends < 3 => gate = next,
+                Err(Settled::Gate(_)) => {
+                    break Err(AcquireError::Moving {
+                        session_id: session,
+                        target: self.id,
+                    });
+                }
+            }
+        };
         let state = outcome.as_ref().ok().map(|(epoch, seen)| {
             let state = LeaseState::new(session, *epoch, key.clone(), nonce, node.clone());
             if let Some(seen) = seen {
@@ -164,6 +167,70 @@ impl StoreShared {
         Ok(lease)
     }
 
+    /// Sends the acquire transaction (see the module docs) through the one write path;
+    /// `gate` says what it compares of the session's move key.
+    async fn send_acquire(
+        &self,
+        session: Uuid,
+        nonce: Uuid,
+        node: &Arc<NodeLease>,
+        gate: Gate,
+    ) -> Written {
+        let key = self.namespace.owner_key(session);
+        let tip_key = self.namespace.tip_key(session);
+        let move_key = self.namespace.move_key(session);
+        let value = self.owner_value(nonce);
+        let owner_absent = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);
+        let put = TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(node.id)),
+        );
+        let get_tip = TxnOp::get(tip_key.as_str(), None);
+        let txn = match gate {
+            // No move under way.
+            Gate::NoMove => Txn::new()
+                .when([
+                    owner_absent,
+                    Compare::create_revision(move_key.as_str(), CompareOp::Equal, 0),
+                ])
+                .and_then([put, get_tip]),
+            // The move to this store, as read: it ends with this acquisition.
+            Gate::Move { mod_revision } => Txn::new()
+                .when([
+                    owner_absent,
+                    Compare::mod_revision(move_key.as_str(), CompareOp::Equal, mod_revision),
+                ])
+                .and_then([put, get_tip, TxnOp::delete(move_key.as_str(), None)]),
+        }
+        .or_else([
+            TxnOp::get(key.as_str(), None),
+            TxnOp::get(move_key.as_str(), None),
+        ]);
+        let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
+        let written = write::send(
+            &self.connection,
+            &self.write,
+            "acquire",
+            &txn,
+            Some(&resolve),
+            || node.is_valid(),
+            &self.shutdown,
+        )
+        .await;
+        match &written {
+            // The acquire transaction puts: etcd answered it (applied, or its compare failed),
+            // which it does only while it accepts puts.
+            Written::Replied(_) => self.metrics.written(Put::Accepted),
+            // Applied or not, etcd refuses puts now.
+            Written::Refused { .. } => self.metrics.written(Put::RefusedForSpace),
+            // Refused otherwise (a refusal for space is `Refused`), or a read settled it, or
+            // nothing did: the next write says.
+            Written::Failed(_) | Written::Resolved { .. } | Written::Unknown(_) => {}
+        }
+        written
+    }
+
     /// The owner watch's refusal, if etcd denied the store's user the owner keys.
     fn refused(&self) -> Result<(), AcquireError> {
         match self.refusal.error() {
@@ -173,13 +240,15 @@ impl StoreShared {
     }
 
     /// Reads what the acquisition came to (see the module docs): the epoch, and the tip when
-    /// this send's own transaction read it (an adopted earlier send did not, for us).
+    /// this send's own transaction read it (an adopted earlier send did not, for us); or a
+    /// move of the session under way, to this store or another.
     fn settle(
         &self,
         session: Uuid,
         nonce: Uuid,
+        gate: Gate,
         written: Written,
-    ) -> Result<(Epoch, Option<Option<KeyValue>>), AcquireError> {
+    ) -> Result<(Epoch, Option<Option<KeyValue>>), Settled> {
         let holder = |response: &TxnResponse| gets(response).next().flatten();
         let adopted = |epoch| (epoch, None);
         match written {
@@ -188,19 +257,27 @@ impl StoreShared {
                 // The tip as read, `None` inside when there is none.
                 Ok((epoch, gets(&response).next()))
             }
-            Written::Replied(response) => match holder(&response) {
-                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
-                // The compare saw a key that the get, in the same transaction, did not: etcd
-                // never does this. Report it rather than guess.
-                None => Err(AcquireError::Etcd(EtcdError::new(
-                    "acquire",
-                    "(txn)",
-                    etcd_client::Error::Internal("owner key vanished inside a txn".into()),
-                ))),
-            },
+            Written::Replied(response) => {
+                if let Some(holder) = holder(&response) {
+                    return Ok(adopted(self.adopt_or_held(session, nonce, &holder)?));
+                }
+                // Not held: the move key failed the compare.
+                match gets(&response).nth(1).flatten() {
+                    Some(moving) => Err(self.moving(session, &moving)),
+                    // The move this send was gated on ended (the admin withdrew it).
+                    None if gate != Gate::NoMove => Err(Settled::Gate(Gate::NoMove)),
+                    // The compare saw a key that the get, in the same transaction, did not:
+                    // etcd never does this. Report it rather than guess.
+                    None => Err(Settled::Failed(AcquireError::Etcd(EtcdError::new(
+                        "acquire",
+                        "(txn)",
+                        etcd_client::Error::Internal("a compared key vanished inside a txn".into()),
+                    )))),
+                }
+            }
             Written::Resolved { read, unknown } => match holder(&read) {
-                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
-                None => Err(AcquireError::OutcomeUnknown(unknown)),
+                Some(holder) => Ok(adopted(self.adopt_or_held(session, nonce, &holder)?)),
+                None => Err(AcquireError::OutcomeUnknown(unknown).into()),
             },
             // Refused for space: final, though etcd answers so the transaction that took it
             // past its quota after applying it. The read after it says which: ours, adopt it;
@@ -209,17 +286,31 @@ impl StoreShared {
                 error,
                 read: Some(read),
             } => match holder(&read) {
-                Some(holder) => self.adopt_or_held(session, nonce, &holder).map(adopted),
-                None => Err(AcquireError::Etcd(error)),
+                Some(holder) => Ok(adopted(self.adopt_or_held(session, nonce, &holder)?)),
+                None => Err(AcquireError::Etcd(error).into()),
             },
             Written::Refused { error, read: None } | Written::Unknown(error) => {
-                Err(AcquireError::OutcomeUnknown(error))
+                Err(AcquireError::OutcomeUnknown(error).into())
             }
             // The node lease was replaced between the check and the transaction.
             Written::Failed(error) if error.is_lease_not_found() => {
-                Err(AcquireError::NodeLeaseInvalid)
+                Err(AcquireError::NodeLeaseInvalid.into())
             }
-            Written::Failed(error) => Err(AcquireError::Etcd(error)),
+            Written::Failed(error) => Err(AcquireError::Etcd(error).into()),
+        }
+    }
+
+    /// A move key found in the way: to this store, acquire in its name; else wait for it.
+    fn moving(&self, session: Uuid, moving: &KeyValue) -> Settled {
+        match MoveValue::decode(moving.value()) {
+            Some(value) if value.target == self.id => Settled::Gate(Gate::Move {
+                mod_revision: moving.mod_revision(),
+            }),
+            // A value this release does not read names no store of it.
+            value => Settled::Failed(AcquireError::Moving {
+                session_id: session,
+                target: value.map_or(Uuid::nil(), |value| value.target),
+            }),
         }
     }
 
@@ -229,17 +320,39 @@ impl StoreShared {
         session: Uuid,
         nonce: Uuid,
         holder: &KeyValue,
-    ) -> Result<Epoch, AcquireError> {
+    ) -> Result<Epoch, Settled> {
         let epoch = Epoch(holder.create_revision().max(0) as u64);
         if OwnerValue::decode(holder.value())
             .is_some_and(|owner| owner.store == self.id && owner.nonce == nonce)
         {
             return Ok(epoch);
         }
-        Err(AcquireError::Held(LeaseHeldError {
+        Err(Settled::Failed(AcquireError::Held(LeaseHeldError {
             session_id: session,
             holder_epoch: epoch,
-        }))
+        })))
+    }
+}
+
+/// What an acquire transaction compares of the session's move key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    /// That there is none.
+    NoMove,
+    /// That the move to this store is as read (its `mod_revision`); the transaction deletes it.
+    Move { mod_revision: i64 },
+}
+
+/// An acquisition that did not come to an epoch.
+enum Settled {
+    /// The move key is not as this send compared it: send again, comparing this.
+    Gate(Gate),
+    Failed(AcquireError),
+}
+
+impl From<AcquireError> for Settled {
+    fn from(error: AcquireError) -> Self {
+        Settled::Failed(error)
     }
 }
 

@@ -41,6 +41,16 @@ pub enum AcquireError {
     /// retrying is safe.
     #[error("the acquisition's outcome is unknown")]
     OutcomeUnknown(#[source] EtcdError),
+    /// The session is not held, but is being moved to another node
+    /// ([`Admin::move_session`](crate::Admin::move_session)): only the target's store may
+    /// acquire it until the move ends. Transient.
+    #[error("session {session_id} is being moved to store {target}")]
+    Moving {
+        /// The session.
+        session_id: Uuid,
+        /// The store it moves to.
+        target: Uuid,
+    },
     /// The session stayed held until the deadline. Transient.
     #[error("session {session_id} was still held at the deadline ({waited:?})")]
     TimedOut {
@@ -64,6 +74,7 @@ impl AcquireError {
     pub fn is_transient(&self) -> bool {
         match self {
             AcquireError::Held(_)
+            | AcquireError::Moving { .. }
             | AcquireError::NodeLeaseInvalid
             | AcquireError::OutcomeUnknown(_)
             | AcquireError::TimedOut { .. }

@@ -8,8 +8,11 @@
 //!
 //! # Acquire
 //!
-//! One transaction: `if create_revision(owner) == 0 then put(owner, value, lease = node lease),
-//! get(tip) else get(owner)`. On success the epoch is the transaction's revision (the key's
+//! One transaction: `if create_revision(owner) == 0 && create_revision(move) == 0 then put(owner,
+//! value, lease = node lease), get(tip) else get(owner), get(move)`, where `move` is the
+//! session's move key, present only while [`Admin::move_session`](crate::Admin::move_session)
+//! moves it to another store (which alone may acquire it meanwhile:
+//! [`AcquireError::Moving`] for the others). On success the epoch is the transaction's revision (the key's
 //! `create_revision`), and the journal's tip as of that revision is kept for the journal's
 //! open, which fences at it without reading it again; otherwise [`LeaseHeldError`] carries the holder's
 //! epoch. The value holds this store's id and a fresh nonce, so an acquisition whose outcome is
@@ -70,6 +73,7 @@ mod cleanup;
 mod error;
 mod host_value;
 mod keepalive;
+mod move_value;
 mod options;
 mod owner_value;
 mod owner_watch;
@@ -99,6 +103,8 @@ use crate::metrics::Metrics;
 use cleanup::Cleanup;
 pub use error::{AcquireError, LeaseHeldError, StoreError};
 pub(crate) use host_value::HostValue;
+pub use move_value::MOVE_WITHDRAWN_AFTER;
+pub(crate) use move_value::MoveValue;
 pub(crate) use options::bounded_write_policy;
 pub use options::{MAX_ADVERTISE_LEN, MAX_METADATA_LEN, MAX_NODE_LEN, MAX_TTL_SECS, StoreOptions};
 pub use owner_value::OwnerValue;
@@ -379,14 +385,33 @@ impl Store {
     /// [`EtcdError::is_permission_denied`]) once etcd has denied the store's user its
     /// namespace's owner keys (see [a namespace outside the user's
     /// roles](self#a-namespace-outside-the-users-roles)).
-    #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
+        self.acquire_gated(session, None).await
+    }
+
+    /// Acquires `session` as the target of its move, read with this `mod_revision`: the
+    /// transaction compares the move key instead of its absence, and deletes it (for the
+    /// session host; see [`Admin::move_session`](crate::Admin::move_session)).
+    pub(crate) async fn acquire_moved(
+        &self,
+        session: Uuid,
+        mod_revision: i64,
+    ) -> Result<Lease, AcquireError> {
+        self.acquire_gated(session, Some(mod_revision)).await
+    }
+
+    #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
+    async fn acquire_gated(
+        &self,
+        session: Uuid,
+        moved: Option<i64>,
+    ) -> Result<Lease, AcquireError> {
         if self.shared.shutdown.is_cancelled() {
             return Err(AcquireError::StoreClosed);
         }
         // In the caller's task: if this future is dropped mid-flight, what it may have
         // committed is an orphan the watch deletes (see the module docs).
-        let acquired = self.shared.clone().acquire(session).await;
+        let acquired = self.shared.clone().acquire(session, moved).await;
         if let Ok(lease) = &acquired {
             tracing::Span::current().record("epoch", tracing::field::display(lease.epoch()));
         }
