@@ -11,6 +11,8 @@
 //!   watch, for routers.
 //! - [`drain`](Admin::drain) and [`undrain`](Admin::undrain): ask a running session host to
 //!   hand its sessions over, or to take its share back.
+//! - [`move_session`](Admin::move_session): move an owned session to another session host in
+//!   one graceful handover.
 //! - [`hosts`](Admin::hosts): every live session host, with its advertised address and how
 //!   many sessions it holds.
 //! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
@@ -66,9 +68,12 @@ pub struct NamespaceStatus {
 
 mod drain;
 mod hosts;
+mod moves;
 mod sessions;
+pub use crate::store::MOVE_WITHDRAWN_AFTER;
 pub use drain::DrainError;
 pub use hosts::Host;
+pub use moves::{MoveError, Moved};
 pub use sessions::{Finished, MAX_SESSION_METADATA, RegisteredSession, RegistryError};
 
 /// Concurrent reads when gathering tips and lease TTLs.

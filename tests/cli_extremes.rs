@@ -59,6 +59,7 @@ const NOT_NUMERIC: &[&str] = &[
     "advertise",
     "store",
     "metadata",
+    "to",
 ];
 
 /// Beside the flag under test, what each command needs to get as far as it can.
@@ -70,6 +71,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
         ["serve"] => &["--listen", "127.0.0.1:0"],
         ["bench"] => &["append"],
         ["drain"] | ["undrain"] => &["n1"],
+        ["move"] => &[SESSION, "--to", "n1"],
         ["sessions", "create"] | ["sessions", "list"] => &[],
         ["sessions", "finish"] => &[SESSION],
         ["journal", "show"] => &[SESSION],

@@ -49,10 +49,16 @@ use super::{Common, Failure};
 
 mod drain;
 mod hosts;
+mod moves;
 mod sessions;
 mod watch;
 
 pub(crate) use drain::{DrainArgs, UndrainArgs};
+pub(crate) use moves::MoveArgs;
+
+pub(crate) async fn move_session(common: &Common, args: &MoveArgs) -> Result<(), Failure> {
+    moves::move_session(&admin(common).await?, args).await
+}
 pub(crate) use sessions::SessionsCommand;
 
 pub(crate) async fn sessions(common: &Common, command: &SessionsCommand) -> Result<(), Failure> {

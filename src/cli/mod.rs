@@ -207,6 +207,11 @@ enum Command {
     Drain(admin::DrainArgs),
     /// Ask a drained session host to take its share back.
     Undrain(admin::UndrainArgs),
+    /// Move an owned session to another session host in one graceful handover: the target
+    /// stands by, the holder releases it in order, the target takes it; no other node can
+    /// take it meanwhile. Refused in one line if the target is not live, drains, or does not
+    /// host the session.
+    Move(admin::MoveArgs),
     /// The shared session registry: create, finish (the journal deleted once released) or
     /// list sessions; nodes started with --registry host every registered session.
     #[command(subcommand)]
@@ -488,6 +493,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hosts(args) => admin::hosts(&cli.common, args).await,
         Command::Drain(args) => admin::drain(&cli.common, args).await,
         Command::Undrain(args) => admin::undrain(&cli.common, args).await,
+        Command::Move(args) => admin::move_session(&cli.common, args).await,
         Command::Sessions(command) => admin::sessions(&cli.common, command).await,
         Command::Journal(command) => admin::journal(&cli.common, command).await,
         Command::Revoke(args) => admin::revoke(&cli.common, args).await,

@@ -369,6 +369,9 @@ async fn print_events(
                         );
                     }
                     GiveUp::Stopped | GiveUp::Shed => {}
+                    GiveUp::Moved { to } => {
+                        timeline.say(&name, format_args!("moved session={session} to={to}"))
+                    }
                     other => {
                         timeline.say(&name, format_args!("gave up session={session} why={other}"))
                     }

@@ -9,7 +9,7 @@ use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
 use super::settle::Members;
-use super::{Inner, lock};
+use super::{Inner, lock, moves};
 use crate::deadline::deadline;
 use crate::etcd::Delete;
 use crate::etcd::write::{self, WritePolicy, Written};
@@ -79,12 +79,14 @@ impl Inner {
         let namespace = self.store.namespace();
         let prefix = namespace.hosts_prefix();
         let joining_prefix = namespace.joining_prefix();
+        let moves_prefix = namespace.moves_prefix();
         let drain_key = namespace.drain_key(self.store.id());
         let range = |prefix: &str| Some(GetOptions::new().with_range(prefix_end(prefix)));
         let txn = Txn::new().and_then([
             TxnOp::get(prefix.as_str(), range(&prefix)),
             TxnOp::get(drain_key.as_str(), None),
             TxnOp::get(joining_prefix.as_str(), range(&joining_prefix)),
+            TxnOp::get(moves_prefix.as_str(), range(&moves_prefix)),
         ]);
         let read = self
             .store
@@ -128,24 +130,27 @@ impl Inner {
                 })
                 .collect()
         });
+        let moves = gets
+            .next()
+            .map_or_else(Vec::new, |get| moves::listed(&moves_prefix, get.kvs()));
         Some(Hosts {
             settled,
             joining,
             drain_asked,
+            moves,
         })
     }
 
-    /// Sheds owned sessions until at most `cap` are held.
+    /// Sheds owned sessions until at most `cap` are held, those acquired through a move last.
     fn shed_to(&self, cap: usize) {
         let owned = lock(&self.owned);
         let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
-        for shed in owned
+        let (moved, others): (Vec<_>, Vec<_>) = owned
             .values()
-            .map(|owned| &owned.shed)
-            .filter(|t| !t.is_cancelled())
-            .take(excess)
-        {
-            shed.cancel();
+            .filter(|owned| !owned.shed.is_cancelled())
+            .partition(|owned| owned.moved_here);
+        for owned in others.into_iter().chain(moved).take(excess) {
+            owned.shed.cancel();
         }
     }
 }
@@ -158,6 +163,8 @@ struct Hosts {
     settled: Vec<Listed>,
     joining: Vec<Listed>,
     drain_asked: bool,
+    /// The moves under way (see `moves.rs`).
+    moves: Vec<moves::Listed>,
 }
 
 /// Keeps this host's key alive and its cap current; sheds what is over the cap. A new host
@@ -234,8 +241,10 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 // The key is written again (its maximum) at the next tick.
                 inner.recount.notify_one();
             }
-            // A settling host takes nothing.
+            // A settling host takes nothing, and is no move's target (a move names a settled
+            // host) nor holder.
             if !joining {
+                inner.follow_moves(hosts.moves).await;
                 let counted = members.count(hosts.settled, hosts.joining);
                 let said = registered
                     .as_ref()
@@ -332,6 +341,7 @@ impl Inner {
         joining: Option<(Arc<NodeLease>, String)>,
     ) {
         self.cap.send_replace(0);
+        self.withdraw_moves().await;
         for (key, written) in [(&self.host_key, written), (&self.joining_key, joining)] {
             if let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) {
                 self.delete_key(key, node, &value).await;

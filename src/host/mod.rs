@@ -110,6 +110,7 @@
 //! [`Journal::broken`]: crate::Journal::broken
 
 mod balance;
+mod moves;
 mod options;
 mod registry;
 mod route;
@@ -197,6 +198,8 @@ struct Inner {
     /// leave's delete, guarded by it, deletes this host's registration and no other. While
     /// draining, its maximum is written as 0.
     host_value: HostValue,
+    /// The moves to this host it said it is ready for, as the last balance tick read them.
+    moves: Mutex<HashMap<Uuid, moves::MoveIn>>,
     /// Set by [`SessionHost::drain`], cleared by [`SessionHost::undrain`].
     draining: std::sync::atomic::AtomicBool,
     /// Whether a drain is asked for through etcd ([`Admin::drain`](crate::Admin::drain)), as
@@ -216,6 +219,10 @@ struct Inner {
 struct Owned {
     rig: Arc<Rig>,
     shed: CancellationToken,
+    /// Set before `shed` is cancelled when the session is given up to a move's target.
+    moved_to: std::sync::OnceLock<Uuid>,
+    /// Acquired through a move: shed only once no other session is left to shed.
+    moved_here: bool,
 }
 
 impl Inner {
@@ -268,6 +275,7 @@ impl SessionHost {
             host_key,
             joining_key,
             host_value,
+            moves: Mutex::new(HashMap::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
             drain_asked: std::sync::atomic::AtomicBool::new(false),
             leaving: CancellationToken::new(),

@@ -150,6 +150,12 @@ pub enum GiveUp {
     WorkDone,
     /// The host is over its share and handed the session over.
     Shed,
+    /// The session is being moved to another host
+    /// ([`Admin::move_session`](crate::Admin::move_session)) and was handed over to it.
+    Moved {
+        /// The store it moves to.
+        to: Uuid,
+    },
     /// The session was removed from the host, or the host shut down.
     Stopped,
 }
@@ -161,6 +167,7 @@ impl std::fmt::Display for GiveUp {
             GiveUp::JournalBroken => f.write_str("journal broken"),
             GiveUp::WorkDone => f.write_str("work done"),
             GiveUp::Shed => f.write_str("shed to another host"),
+            GiveUp::Moved { to } => write!(f, "moved to store {to}"),
             GiveUp::Stopped => f.write_str("stopped"),
         }
     }

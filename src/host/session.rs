@@ -42,7 +42,7 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
                 }
                 continue;
             }
-            if inner.reserve() {
+            if inner.reserve() || inner.reserve_moved(session) {
                 break;
             }
             if std::mem::take(&mut freed_elsewhere) {
@@ -58,9 +58,16 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
                 _ = stop.cancelled() => return,
             }
         }
-        // --- 2. acquire, or stand by
+        // --- 2. acquire (as a move's target, if it is one), or stand by
+        let moved = inner.moved_here(session);
+        let acquire = async {
+            match moved {
+                Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
+                None => inner.store.acquire_lease(session).await,
+            }
+        };
         let acquired = tokio::select! {
-            acquired = inner.store.acquire_lease(session) => acquired,
+            acquired = acquire => acquired,
             _ = stop.cancelled() => {
                 inner.unreserve();
                 return;
@@ -97,7 +104,7 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
                 if failures.opened() {
                     tracing::info!(%session, "quarantined session opened again");
                 }
-                run(&inner, Arc::new(rig), &stop).await;
+                run(&inner, Arc::new(rig), moved.is_some(), &stop).await;
             }
             Err(error) => {
                 let error = Arc::new(error);
@@ -186,12 +193,14 @@ impl Drop for OpenFailures {
 
 /// Runs the user's work on an owned session until it must be given up, then shuts the rig down
 /// in order.
-async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
+async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &CancellationToken) {
     let (session, epoch) = (rig.session_id(), rig.epoch());
     let shed = CancellationToken::new();
     let owned = Owned {
         rig: rig.clone(),
         shed: shed.clone(),
+        moved_to: std::sync::OnceLock::new(),
+        moved_here,
     };
     lock(&inner.owned).insert(session, owned);
     inner.emit(HostEvent::Acquired { session, epoch });
@@ -203,7 +212,7 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
         biased;
         reason = rig.lost() => GiveUp::Lost(reason),
         () = rig.journal().broken() => GiveUp::JournalBroken,
-        _ = shed.cancelled() => GiveUp::Shed,
+        _ = shed.cancelled() => moved_to(inner, session).map_or(GiveUp::Shed, |to| GiveUp::Moved { to }),
         _ = stop.cancelled() => GiveUp::Stopped,
         _ = &mut work => work_done(&rig),
     };
@@ -225,6 +234,13 @@ async fn run(inner: &Inner, rig: Arc<Rig>, stop: &CancellationToken) {
         why,
         result,
     });
+}
+
+/// The store `session` is given up to, if it is shed for a move.
+fn moved_to(inner: &Inner, session: Uuid) -> Option<Uuid> {
+    lock(&inner.owned)
+        .get(&session)
+        .and_then(|owned| owned.moved_to.get().copied())
 }
 
 /// Why work that returned by itself gave the session up: the loss or the broken journal it

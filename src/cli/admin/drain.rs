@@ -32,7 +32,11 @@ pub(crate) struct UndrainArgs {
 }
 
 /// The one live host named `node` (or with store `store`).
-async fn host_named(admin: &Admin, node: &str, store: Option<Uuid>) -> Result<Host, Failure> {
+pub(super) async fn host_named(
+    admin: &Admin,
+    node: &str,
+    store: Option<Uuid>,
+) -> Result<Host, Failure> {
     let hosts = admin
         .hosts()
         .await

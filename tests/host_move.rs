@@ -1,0 +1,396 @@
+//! `Admin::move_session` and `leasehold move`: an owned session moved to another host in one
+//! graceful handover (etcd's history shows one delete and one creation of its owner key, the
+//! creation by the target), while a third store stands by on it and never gets it; the target
+//! keeps it and the balance holds; each refusal in one typed error.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{EventType, WatchOptions};
+use leasehold::admin::{Admin, MoveError};
+use leasehold::testing::wait_for;
+use leasehold::{
+    AcquireError, CancellationToken, HostEvent, HostOptions, Rig, SessionHost, Store, Uuid,
+};
+
+const TTL: u64 = 3;
+const SESSIONS: usize = 30;
+
+async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
+    stop.cancelled().await;
+}
+
+/// The creations (with the store their value names) and deletes of `session`'s owner key in
+/// etcd's history from revision `from` to `to`.
+async fn owner_history(
+    etcd: &common::Etcd,
+    session: Uuid,
+    from: i64,
+    to: i64,
+) -> (Vec<String>, usize) {
+    let key = etcd.ns.owner_key(session);
+    // Every revision changes some key: the history is read up to `to` once an event of `to`
+    // or later has come.
+    let options = WatchOptions::new()
+        .with_all_keys()
+        .with_start_revision(from);
+    let mut watch = etcd.raw.clone().watch("", Some(options)).await.unwrap();
+    let (mut created, mut deleted, mut seen) = (Vec::new(), 0, 0);
+    while seen < to {
+        let response = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("etcd's history within 10 s")
+            .unwrap()
+            .expect("a watch response");
+        for event in response.events() {
+            let kv = event.kv().unwrap();
+            seen = seen.max(kv.mod_revision());
+            if kv.mod_revision() > to || kv.key() != key.as_bytes() {
+                continue;
+            }
+            match event.event_type() {
+                EventType::Put if kv.version() == 1 => {
+                    let value = String::from_utf8_lossy(kv.value());
+                    created.push(value.split(' ').nth(1).unwrap_or("").to_owned());
+                }
+                EventType::Delete => deleted += 1,
+                EventType::Put => {}
+            }
+        }
+    }
+    (created, deleted)
+}
+
+struct Fleet {
+    stores: Vec<Arc<Store>>,
+    hosts: Vec<SessionHost>,
+}
+
+impl Fleet {
+    async fn start(etcd: &common::Etcd, sessions: &[Uuid]) -> Self {
+        let mut stores = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..3 {
+            let store = Arc::new(etcd.store(&format!("h{i}"), TTL).await);
+            hosts.push(SessionHost::start(
+                store.clone(),
+                HostOptions::default().with_settle(Duration::ZERO),
+                sessions.to_vec(),
+                idle,
+            ));
+            stores.push(store);
+        }
+        let fleet = Self { stores, hosts };
+        fleet.balanced().await;
+        fleet
+    }
+
+    fn held(&self) -> Vec<usize> {
+        self.hosts.iter().map(SessionHost::held_count).collect()
+    }
+
+    async fn balanced(&self) {
+        let even = SESSIONS / 3;
+        wait_for("10 sessions each", Duration::from_secs(30), || async {
+            (self.held() == [even; 3]).then_some(())
+        })
+        .await
+        .unwrap();
+    }
+
+    fn holds(&self, host: usize, session: Uuid) -> bool {
+        self.hosts[host].rig(session).is_some()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_is_one_handover_to_its_target_and_no_third_store_takes_the_session() {
+    let etcd = common::Etcd::start().await;
+    let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
+    let fleet = Fleet::start(&etcd, &sessions).await;
+    let admin = Admin::new(fleet.stores[0].connection().clone(), etcd.ns.clone());
+    let target = fleet.stores[2].id();
+    // A store that is no host: it stands by on every session it is given and would take one
+    // the moment it is freed, were it not for the move's compare.
+    let third = Arc::new(etcd.store("third", TTL).await);
+
+    let moves = 5;
+    let moved: Vec<Uuid> = fleet.hosts[0]
+        .held()
+        .into_iter()
+        .map(|(session, _)| session)
+        .take(moves)
+        .collect();
+    let mut events = fleet.hosts[2].events();
+    let mut given = fleet.hosts[0].events();
+    for &session in &moved {
+        // --- phase: a standby on the session in a third store, then the move
+        let standby = tokio::spawn({
+            let third = third.clone();
+            async move {
+                third
+                    .acquire_lease_wait(session, Duration::from_secs(20))
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let from = common::revision(&etcd.raw).await + 1;
+        let started = Instant::now();
+        let done = admin
+            .move_session(session, target, Duration::from_secs(20))
+            .await
+            .expect("the move completes");
+        let took = started.elapsed();
+        assert_eq!(done.to, target);
+        assert_eq!(done.from, Some(fleet.stores[0].id()));
+        assert!(done.epoch > done.from_epoch && !done.already, "{done:?}");
+        assert!(fleet.holds(2, session), "the target holds it");
+
+        // --- checks: one handover, from the holder to the target, from etcd's history
+        let to = common::revision(&etcd.raw).await;
+        let (created, deleted) = owner_history(&etcd, session, from, to).await;
+        assert_eq!(created, [target.to_string()], "created once, by the target");
+        assert_eq!(deleted, 1, "deleted once, by the holder's release");
+        // The holder gave it up as moved; the target acquired it.
+        let gave_up = wait_event(&mut given, |event| match event {
+            HostEvent::GaveUp {
+                session: s, why, ..
+            } if *s == session => Some(*why),
+            _ => None,
+        })
+        .await;
+        assert_eq!(gave_up, leasehold::GiveUp::Moved { to: target });
+        wait_event(&mut events, |event| match event {
+            HostEvent::Acquired { session: s, .. } if *s == session => Some(()),
+            _ => None,
+        })
+        .await;
+        println!("moved in {took:?} (the admin's call)");
+        assert!(
+            !standby.is_finished(),
+            "the third store's standby never got it: {:?}",
+            standby.await
+        );
+        standby.abort();
+    }
+
+    // --- phase: the balance holds, and the moved sessions stay where they were moved
+    fleet.balanced().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fleet.balanced().await;
+    for &session in &moved {
+        assert!(fleet.holds(2, session), "{session} stays on its target");
+    }
+    // The third store gets nothing now either: each moved session is held.
+    for &session in &moved {
+        match third.acquire_lease(session).await {
+            Err(AcquireError::Held(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    third.close().await;
+    for host in &fleet.hosts {
+        host.shutdown().await;
+    }
+}
+
+async fn wait_event<T>(
+    events: &mut leasehold::HostEvents,
+    mut pick: impl FnMut(&HostEvent) -> Option<T>,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.recv().await {
+                Ok(event) => {
+                    if let Some(picked) = pick(&event) {
+                        return picked;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(error) => panic!("{error}"),
+            }
+        }
+    })
+    .await
+    .expect("the event within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_is_refused_in_one_typed_error_and_leaves_the_session_where_it_is() {
+    let etcd = common::Etcd::start().await;
+    let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
+    let fleet = Fleet::start(&etcd, &sessions).await;
+    let admin = Admin::new(fleet.stores[0].connection().clone(), etcd.ns.clone());
+    let session = fleet.hosts[0].held()[0].0;
+    let wait = Duration::from_secs(10);
+
+    // --- nobody owns it, nobody has that store id
+    let unowned = Uuid::new_v4();
+    let refused = admin
+        .move_session(unowned, fleet.stores[1].id(), wait)
+        .await;
+    assert!(
+        matches!(refused, Err(MoveError::NotOwned { .. })),
+        "{refused:?}"
+    );
+    let nobody = Uuid::now_v7();
+    let refused = admin.move_session(session, nobody, wait).await;
+    assert!(
+        matches!(refused, Err(MoveError::NotLive { store }) if store == nobody),
+        "{refused:?}"
+    );
+
+    // --- to its holder: nothing to do
+    let already = admin
+        .move_session(session, fleet.stores[0].id(), wait)
+        .await
+        .unwrap();
+    assert!(already.already && already.epoch == already.from_epoch);
+
+    // --- a move under way
+    let move_key = etcd.ns.move_key(session);
+    let other = format!(
+        "leasehold-move/1 {} {} asked",
+        Uuid::now_v7(),
+        Uuid::now_v7()
+    );
+    etcd.raw
+        .clone()
+        .put(move_key.as_str(), other, None)
+        .await
+        .unwrap();
+    let refused = admin
+        .move_session(session, fleet.stores[1].id(), wait)
+        .await;
+    assert!(
+        matches!(refused, Err(MoveError::UnderWay { .. })),
+        "{refused:?}"
+    );
+    etcd.raw
+        .clone()
+        .delete(move_key.as_str(), None)
+        .await
+        .unwrap();
+
+    // --- a target that drains
+    fleet.hosts[1].drain().await;
+    wait_for("drained, in its key", Duration::from_secs(10), || async {
+        admin
+            .hosts()
+            .await
+            .unwrap()
+            .iter()
+            .any(|host| host.store == fleet.stores[1].id() && host.draining)
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let refused = admin
+        .move_session(session, fleet.stores[1].id(), wait)
+        .await;
+    assert!(
+        matches!(refused, Err(MoveError::TakesNone { .. })),
+        "{refused:?}"
+    );
+    fleet.hosts[1].undrain();
+    fleet.balanced().await;
+
+    // --- a target that does not host the session: it withdraws the move
+    let outsider_store = Arc::new(etcd.store("outsider", TTL).await);
+    let outsider = SessionHost::start(
+        outsider_store.clone(),
+        HostOptions::default().with_settle(Duration::ZERO),
+        [Uuid::new_v4()],
+        idle,
+    );
+    wait_for(
+        "the outsider is listed",
+        Duration::from_secs(10),
+        || async {
+            admin
+                .hosts()
+                .await
+                .unwrap()
+                .iter()
+                .any(|host| host.store == outsider_store.id())
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    // Its key counts in the shares (a maximum of 1): once the others have shed to cover it,
+    // a session of host 0's.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (session, epoch) = fleet.hosts[0].held()[0];
+    let refused = admin.move_session(session, outsider_store.id(), wait).await;
+    assert!(
+        matches!(refused, Err(MoveError::Refused { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        fleet.hosts[0].held().contains(&(session, epoch)),
+        "it stays with its holder"
+    );
+    assert_eq!(
+        common::count(&etcd.raw, &etcd.ns.moves_prefix()).await,
+        0,
+        "no move left behind"
+    );
+    outsider.shutdown().await;
+    for host in &fleet.hosts {
+        host.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line() {
+    let etcd = common::Etcd::start().await;
+    let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
+    let fleet = Fleet::start(&etcd, &sessions).await;
+    let session = fleet.hosts[1].held()[0].0;
+    let tool = |args: Vec<String>| {
+        let (endpoint, ns) = (etcd.node.endpoint().to_owned(), etcd.ns.clone());
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .args(["--endpoints", &endpoint, "--namespace", ns.as_str()])
+                .args(args)
+                .env_remove("LEASEHOLD_ENDPOINTS")
+                .env_remove("LEASEHOLD_NAMESPACE")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let args = |to: &str| {
+        vec![
+            "move".to_owned(),
+            session.to_string(),
+            "--to".into(),
+            to.into(),
+        ]
+    };
+
+    let refused = tool(args("nobody")).await;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no live session host named \"nobody\""),
+        "{stderr}"
+    );
+
+    let moved = tool(args("h0")).await;
+    assert!(moved.status.success(), "{moved:?}");
+    let stdout = String::from_utf8_lossy(&moved.stdout);
+    assert!(
+        stdout.contains(&format!("moved session {session}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("to h0"), "{stdout}");
+    assert!(fleet.holds(0, session));
+    for host in &fleet.hosts {
+        host.shutdown().await;
+    }
+}
