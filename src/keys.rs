@@ -13,6 +13,7 @@
 //! | `{ns}/workspaces/{id}` | workspace-root ownership |
 //! | `{ns}/hosts/{store}` | a live [`SessionHost`](crate::SessionHost), attached to its node lease |
 //! | `{ns}/drains/{store}` | a request that the host of that store drain ([`Admin::drain`](crate::Admin::drain)), attached to its node lease |
+//! | `{ns}/sets/{store}` | a digest of the fixed set of sessions that host hosts, attached to its node lease |
 //! | `{ns}/moves/{session}` | a move of the session under way ([`Admin::move_session`](crate::Admin::move_session)), attached to the target's node lease |
 //!
 //! Owner keys have a prefix of their own so that one watch per node on `{ns}/owners/` sees
@@ -177,6 +178,17 @@ impl Namespace {
         format!("{}/drains/{}", self.0, store.hyphenated())
     }
 
+    /// `{ns}/sets/`: the prefix of the digests of the fixed sets session hosts host.
+    pub fn sets_prefix(&self) -> String {
+        format!("{}/sets/", self.0)
+    }
+
+    /// `{ns}/sets/{store}`: a digest of the fixed set of sessions the session host of `store`
+    /// hosts, attached to its node lease.
+    pub fn set_key(&self, store: Uuid) -> String {
+        format!("{}/sets/{}", self.0, store.hyphenated())
+    }
+
     /// `{ns}/moves/`: the prefix of the moves under way, which session hosts watch.
     pub fn moves_prefix(&self) -> String {
         format!("{}/moves/", self.0)
@@ -297,6 +309,11 @@ mod tests {
             "t1/moves/01234567-89ab-cdef-0123-456789abcdef"
         );
         assert!(ns.move_key(s).starts_with(&ns.moves_prefix()));
+        assert_eq!(
+            ns.set_key(s),
+            "t1/sets/01234567-89ab-cdef-0123-456789abcdef"
+        );
+        assert!(ns.set_key(s).starts_with(&ns.sets_prefix()));
     }
 
     #[test]

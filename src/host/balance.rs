@@ -1,6 +1,7 @@
 //! Balance: this host's key, the live hosts, the share each may hold, shedding what is over
 //! it; and the leave (see the [module docs](super#balance)).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -80,6 +81,7 @@ impl Inner {
         let prefix = namespace.hosts_prefix();
         let joining_prefix = namespace.joining_prefix();
         let moves_prefix = namespace.moves_prefix();
+        let sets_prefix = namespace.sets_prefix();
         let drain_key = namespace.drain_key(self.store.id());
         let range = |prefix: &str| Some(GetOptions::new().with_range(prefix_end(prefix)));
         let txn = Txn::new().and_then([
@@ -87,6 +89,7 @@ impl Inner {
             TxnOp::get(drain_key.as_str(), None),
             TxnOp::get(joining_prefix.as_str(), range(&joining_prefix)),
             TxnOp::get(moves_prefix.as_str(), range(&moves_prefix)),
+            TxnOp::get(sets_prefix.as_str(), range(&sets_prefix)),
         ]);
         let read = self
             .store
@@ -133,11 +136,13 @@ impl Inner {
         let moves = gets
             .next()
             .map_or_else(Vec::new, |get| moves::listed(&moves_prefix, get.kvs()));
+        let sets = gets.next().map_or_else(Vec::new, |get| get.kvs().to_vec());
         Some(Hosts {
             settled,
             joining,
             drain_asked,
             moves,
+            sets,
         })
     }
 
@@ -165,6 +170,8 @@ struct Hosts {
     drain_asked: bool,
     /// The moves under way (see `moves.rs`).
     moves: Vec<moves::Listed>,
+    /// The hosts' set keys (see `sets.rs`).
+    sets: Vec<etcd_client::KeyValue>,
 }
 
 /// Keeps this host's key alive and its cap current; sheds what is over the cap. A new host
@@ -191,6 +198,11 @@ pub(super) async fn balance(inner: Arc<Inner>) {
     // attached to it and holds that value (or an earlier one, if that put was never applied).
     let mut written: Option<(Arc<NodeLease>, String)> = None;
     let mut written_joining: Option<(Arc<NodeLease>, String)> = None;
+    // The same for the set key (see `sets.rs`), and the other hosts' sets reported differing.
+    let set_key = inner.store.namespace().set_key(inner.store.id());
+    let mut registered_set: Option<(i64, String)> = None;
+    let mut written_set: Option<(Arc<NodeLease>, String)> = None;
+    let mut sets_reported = HashMap::new();
     loop {
         if let Some(Some(until)) = settling
             && Instant::now() >= until
@@ -227,10 +239,21 @@ pub(super) async fn balance(inner: Arc<Inner>) {
                 written = Some((lease, value.clone()));
             }
         }
+        if let (Some(node), Some(set)) = (node, inner.set_value())
+            && registered_set.as_ref() != Some(&(node, set.clone()))
+            && !inner.leaving.is_cancelled()
+            && let Some((lease, replied)) = inner.register(&set_key, &set, false).await
+        {
+            if replied {
+                registered_set = Some((lease.id, set.clone()));
+            }
+            written_set = Some((lease, set));
+        }
         if inner.leaving.is_cancelled() {
             break;
         }
         if let Some(hosts) = inner.live_hosts().await {
+            inner.compare_sets(&hosts.sets, &mut sets_reported);
             let drain_asked = hosts.drain_asked;
             if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
                 tracing::info!(
@@ -275,7 +298,7 @@ pub(super) async fn balance(inner: Arc<Inner>) {
             break;
         }
     }
-    inner.leave(written, written_joining).await;
+    inner.leave(written, written_joining, written_set).await;
     inner.left.cancel();
 }
 
@@ -331,7 +354,8 @@ impl Inner {
 impl Inner {
     /// Hands this host's share over: takes no more sessions and deletes the host's key (put
     /// last on a node lease, with a value: `written`), and its joining key if a put of the host
-    /// key did not confirm its delete (`joining`), so the other hosts' shares grow. Each delete
+    /// key did not confirm its delete (`joining`), so the other hosts' shares grow; and its set
+    /// key (`set`), and the moves to it it said it was ready for. Each delete
     /// is guarded by this host's value and tried for at most three write attempts here; one not
     /// confirmed by then is handed to the store's background deletes, which re-send it until it
     /// is confirmed or its node lease is lost (its end deletes the key).
@@ -339,10 +363,16 @@ impl Inner {
         &self,
         written: Option<(Arc<NodeLease>, String)>,
         joining: Option<(Arc<NodeLease>, String)>,
+        set: Option<(Arc<NodeLease>, String)>,
     ) {
         self.cap.send_replace(0);
         self.withdraw_moves().await;
-        for (key, written) in [(&self.host_key, written), (&self.joining_key, joining)] {
+        let set_key = self.store.namespace().set_key(self.store.id());
+        for (key, written) in [
+            (&self.host_key, written),
+            (&self.joining_key, joining),
+            (&set_key, set),
+        ] {
             if let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) {
                 self.delete_key(key, node, &value).await;
             }

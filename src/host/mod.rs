@@ -76,6 +76,23 @@
 //! Σ weights`, rounded down, the earlier hosts taking one more each until all are given, a
 //! host whose maximum is below that taking its maximum. Weight 0 takes nothing.
 //!
+//! # Fixed sets that differ
+//!
+//! Every host counts in the shares of every set, so hosts given different fixed sets can leave
+//! sessions unowned (those only some hosts host, while they fill their share with others). A
+//! host with a fixed set writes a digest of it to `{ns}/sets/{store}` (on its node lease) and
+//! compares the others' at each tick: each host whose set differs is reported once per change,
+//! with a WARN line and a [`HostEvent::SetDiffers`]. Hosts that follow the registry agree by
+//! construction and write none.
+//!
+//! # Moves
+//!
+//! A host reads the moves under way ([`Admin::move_session`](crate::Admin::move_session)) at
+//! each tick: as a move's target it says it stands by (or withdraws the move if it cannot take
+//! the session), then takes the session, over its share if need be, as soon as its holder
+//! releases it; as the holder it gives the session up in order ([`GiveUp::Moved`]) once the
+//! target stands by. A session acquired through a move is the last this host sheds.
+//!
 //! # Draining
 //!
 //! [`drain`](SessionHost::drain) empties a host without stopping it: the host rewrites its key
@@ -103,6 +120,9 @@
 //!   until it is confirmed, the node lease is lost (its end deletes the key) or the store
 //!   closes.
 //!
+//! Its set key (see *Fixed sets that differ*) goes the same way, and so do the moves to it that it
+//! said it was ready for ([`Admin::move_session`](crate::Admin::move_session)).
+//!
 //! [`shutdown`](SessionHost::shutdown) waits for the delete (at most those three attempts)
 //! before it shuts the sessions down; dropping the host signals the same and waits for
 //! nothing.
@@ -115,6 +135,7 @@ mod options;
 mod registry;
 mod route;
 mod session;
+mod sets;
 mod settle;
 
 use std::collections::HashMap;
@@ -175,6 +196,8 @@ struct Inner {
     work: Work,
     /// The wanted sessions, each with the token that stops its task.
     wanted: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// The digest of the wanted sessions (see `sets.rs`), kept with them.
+    set_digest: std::sync::atomic::AtomicU64,
     /// The owned sessions, each with its rig and the token that sheds it.
     owned: Mutex<HashMap<Uuid, Owned>>,
     /// Sessions held, being acquired or being opened (a standby gives its slot back): what
@@ -264,6 +287,7 @@ impl SessionHost {
             options,
             work: Arc::new(move |rig, token| work(rig, token).boxed()),
             wanted: Mutex::new(HashMap::new()),
+            set_digest: std::sync::atomic::AtomicU64::new(0),
             owned: Mutex::new(HashMap::new()),
             slots: AtomicUsize::new(0),
             // Nothing is taken before the first count of live hosts.
@@ -407,13 +431,19 @@ impl Inner {
         }
         let stop = self.shutdown.child_token();
         wanted.insert(session, stop.clone());
+        self.set_digest
+            .fetch_add(sets::digest_of(session), Ordering::AcqRel);
         drop(wanted);
         self.tasks.spawn(host_session(self.clone(), session, stop));
         self.resized.notify_one();
     }
 
     fn remove(&self, session: Uuid) {
-        if let Some(stop) = lock(&self.wanted).remove(&session) {
+        let mut wanted = lock(&self.wanted);
+        if let Some(stop) = wanted.remove(&session) {
+            self.set_digest
+                .fetch_sub(sets::digest_of(session), Ordering::AcqRel);
+            drop(wanted);
             stop.cancel();
             self.resized.notify_one();
         }

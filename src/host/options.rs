@@ -220,4 +220,15 @@ pub enum HostEvent {
         /// The last failure.
         error: Arc<RigError>,
     },
+    /// Another host (of store `store`) hosts a different fixed set of sessions than this one
+    /// (reported once per change of its set, with a WARN line): the balance counts every
+    /// host for every set, so sessions that only some hosts host may go unowned. Give every
+    /// host the same set, or have them follow the registry
+    /// ([`HostOptions::with_registry`]).
+    SetDiffers {
+        /// The other host's store.
+        store: Uuid,
+        /// How many sessions its set holds.
+        sessions: usize,
+    },
 }
