@@ -22,6 +22,7 @@ mod directory;
 mod hosted;
 mod journal;
 mod lease;
+mod moves;
 mod scale;
 mod sidecar;
 
@@ -75,6 +76,7 @@ enum Scenario {
     Acquire,
     Detect,
     HandoverGraceful,
+    HandoverMove,
     HandoverCrash,
     Scale,
     ScaleHosted,
@@ -83,13 +85,14 @@ enum Scenario {
 }
 
 impl Scenario {
-    const EACH: [Scenario; 11] = [
+    const EACH: [Scenario; 12] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
         Scenario::Acquire,
         Scenario::Detect,
         Scenario::HandoverGraceful,
+        Scenario::HandoverMove,
         Scenario::HandoverCrash,
         Scenario::Scale,
         Scenario::ScaleHosted,
@@ -352,6 +355,7 @@ async fn bench(
             Scenario::Acquire => bench.acquire().await?,
             Scenario::Detect => bench.detect().await?,
             Scenario::HandoverGraceful => bench.handover_graceful().await?,
+            Scenario::HandoverMove => bench.handover_move().await?,
             Scenario::HandoverCrash => bench.handover_crash().await?,
             Scenario::Scale => bench.scale(scale_sessions).await?,
             Scenario::ScaleHosted => bench.scale_hosted(scale_sessions).await?,
