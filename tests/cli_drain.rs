@@ -32,19 +32,7 @@ async fn leasehold_drain_asks_a_running_host_through_etcd_and_undrain_ends_it() 
     })
     .await
     .unwrap();
-    let tool = |args: &'static [&'static str]| {
-        let (endpoint, ns) = (etcd.node.endpoint().to_owned(), etcd.ns.clone());
-        async move {
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .args(["--endpoints", &endpoint, "--namespace", ns.as_str()])
-                .args(args)
-                .env_remove("LEASEHOLD_ENDPOINTS")
-                .env_remove("LEASEHOLD_NAMESPACE")
-                .output()
-                .await
-                .unwrap()
-        }
-    };
+    let tool = |args: &'static [&'static str]| etcd.tool(args);
 
     // --- a node that is not there: one line, exit 1, nothing written
     let refused = tool(&["drain", "nobody"]).await;

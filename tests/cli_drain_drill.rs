@@ -89,23 +89,9 @@ async fn draining_a_node_process_keeps_every_journal_advancing_and_undrain_gives
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let tool = |args: &'static [&'static str]| {
-        let (endpoint, ns) = (endpoint.clone(), ns.clone());
-        async move {
-            Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .args(["--endpoints", &endpoint, "--namespace", ns.as_str()])
-                .args(args)
-                .env_remove("LEASEHOLD_ENDPOINTS")
-                .env_remove("LEASEHOLD_NAMESPACE")
-                .output()
-                .await
-                .unwrap()
-        }
-    };
-
     // --- phase: drain n1 and wait
     let started = Instant::now();
-    let drained = tool(&["drain", "n1", "--wait"]).await;
+    let drained = etcd.tool(["drain", "n1", "--wait"]).await;
     let took = started.elapsed();
     assert!(drained.status.success(), "{drained:?}");
     assert!(String::from_utf8_lossy(&drained.stdout).contains("n1 drained"));
@@ -154,11 +140,11 @@ async fn draining_a_node_process_keeps_every_journal_advancing_and_undrain_gives
         let failed: Vec<&str> = printed.lines().filter(|l| l.contains("failed")).collect();
         assert!(failed.is_empty(), "n{i}: {failed:#?}");
     }
-    let checked = tool(&["check"]).await;
+    let checked = etcd.tool(["check"]).await;
     assert!(checked.status.success(), "{checked:?}");
 
     // --- phase: undrain gives n1 its share back
-    let undrained = tool(&["undrain", "n1"]).await;
+    let undrained = etcd.tool(["undrain", "n1"]).await;
     assert!(undrained.status.success(), "{undrained:?}");
     wait_for("100 each again", Duration::from_secs(20), || async {
         (held().await? == [100, 100, 100]).then_some(())

@@ -8,7 +8,6 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{EventType, WatchOptions};
 use leasehold::admin::{Admin, MoveError};
 use leasehold::testing::wait_for;
 use leasehold::{
@@ -31,33 +30,18 @@ async fn owner_history(
     to: i64,
 ) -> (Vec<String>, usize) {
     let key = etcd.ns.owner_key(session);
-    // Every revision changes some key: the history is read up to `to` once an event of `to`
-    // or later has come.
-    let options = WatchOptions::new()
-        .with_all_keys()
-        .with_start_revision(from);
-    let mut watch = etcd.raw.clone().watch("", Some(options)).await.unwrap();
-    let (mut created, mut deleted, mut seen) = (Vec::new(), 0, 0);
-    while seen < to {
-        let response = tokio::time::timeout(Duration::from_secs(10), watch.message())
-            .await
-            .expect("etcd's history within 10 s")
-            .unwrap()
-            .expect("a watch response");
-        for event in response.events() {
-            let kv = event.kv().unwrap();
-            seen = seen.max(kv.mod_revision());
-            if kv.mod_revision() > to || kv.key() != key.as_bytes() {
-                continue;
+    let (mut created, mut deleted) = (Vec::new(), 0);
+    for change in common::history(&etcd.raw, from, to).await {
+        if change.key != key.as_bytes() {
+            continue;
+        }
+        match (change.put, change.version) {
+            (true, 1) => {
+                let value = String::from_utf8_lossy(&change.value);
+                created.push(value.split(' ').nth(1).unwrap_or("").to_owned());
             }
-            match event.event_type() {
-                EventType::Put if kv.version() == 1 => {
-                    let value = String::from_utf8_lossy(kv.value());
-                    created.push(value.split(' ').nth(1).unwrap_or("").to_owned());
-                }
-                EventType::Delete => deleted += 1,
-                EventType::Put => {}
-            }
+            (false, _) => deleted += 1,
+            (true, _) => {}
         }
     }
     (created, deleted)
@@ -146,7 +130,13 @@ async fn a_move_is_one_handover_to_its_target_and_no_third_store_takes_the_sessi
         assert_eq!(done.to, target);
         assert_eq!(done.from, Some(fleet.stores[0].id()));
         assert!(done.epoch > done.from_epoch && !done.already, "{done:?}");
-        assert!(fleet.holds(2, session), "the target holds it");
+        // The owner key names the target once it acquired; its rig opens (workspace root,
+        // fence) right after.
+        wait_for("the target's rig", Duration::from_secs(5), || async {
+            fleet.holds(2, session).then_some(())
+        })
+        .await
+        .unwrap();
 
         // --- checks: one handover, from the holder to the target, from etcd's history
         let to = common::revision(&etcd.raw).await;
@@ -350,19 +340,6 @@ async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line(
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
     let fleet = Fleet::start(&etcd, &sessions).await;
     let session = fleet.hosts[1].held()[0].0;
-    let tool = |args: Vec<String>| {
-        let (endpoint, ns) = (etcd.node.endpoint().to_owned(), etcd.ns.clone());
-        async move {
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .args(["--endpoints", &endpoint, "--namespace", ns.as_str()])
-                .args(args)
-                .env_remove("LEASEHOLD_ENDPOINTS")
-                .env_remove("LEASEHOLD_NAMESPACE")
-                .output()
-                .await
-                .unwrap()
-        }
-    };
     let args = |to: &str| {
         vec![
             "move".to_owned(),
@@ -372,7 +349,7 @@ async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line(
         ]
     };
 
-    let refused = tool(args("nobody")).await;
+    let refused = etcd.tool(args("nobody")).await;
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
@@ -381,7 +358,7 @@ async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line(
         "{stderr}"
     );
 
-    let moved = tool(args("h0")).await;
+    let moved = etcd.tool(args("h0")).await;
     assert!(moved.status.success(), "{moved:?}");
     let stdout = String::from_utf8_lossy(&moved.stdout);
     assert!(
@@ -389,7 +366,11 @@ async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line(
         "{stdout}"
     );
     assert!(stdout.contains("to h0"), "{stdout}");
-    assert!(fleet.holds(0, session));
+    wait_for("h0's rig", Duration::from_secs(5), || async {
+        fleet.holds(0, session).then_some(())
+    })
+    .await
+    .unwrap();
     for host in &fleet.hosts {
         host.shutdown().await;
     }

@@ -122,20 +122,11 @@ async fn owners_and_hosts_carry_the_advertised_address_and_a_host_hands_out_its_
     assert!(host_a.started_at.is_some() && host_b.started_at.is_some());
 
     // --- the same through the tool
-    let json = |args: &'static [&'static str]| {
-        let (endpoint, ns) = (etcd.node.endpoint().to_owned(), etcd.ns.clone());
-        async move {
-            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .args(["--endpoints", &endpoint, "--namespace", ns.as_str()])
-                .args(args)
-                .env_remove("LEASEHOLD_ENDPOINTS")
-                .env_remove("LEASEHOLD_NAMESPACE")
-                .output()
-                .await
-                .unwrap();
-            assert!(output.status.success(), "{args:?}: {output:?}");
-            serde_json::from_slice::<Value>(&output.stdout).unwrap()
-        }
+    let etcd = &etcd;
+    let json = |args: &'static [&'static str]| async move {
+        let output = etcd.tool(args).await;
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
     };
     let hosts_json = json(&["hosts", "--json"]).await;
     let mut rows: Vec<(String, Value, String, u64)> = hosts_json["hosts"]

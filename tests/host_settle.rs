@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
 use leasehold::testing::wait_for;
 use leasehold::{CancellationToken, HostOptions, Rig, SessionHost, Uuid};
 
@@ -24,37 +23,18 @@ async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
 /// (acquisitions), and how many owner keys were deleted (handovers and releases).
 async fn owner_history(etcd: &common::Etcd, from: i64, to: i64) -> (HashMap<String, usize>, usize) {
     let (mut created, mut deleted) = (HashMap::new(), 0);
-    if to < from {
-        return (created, deleted);
-    }
-    // Every revision changes some key: the history is read up to `to` once an event of `to`
-    // or later has come.
-    let options = WatchOptions::new()
-        .with_all_keys()
-        .with_start_revision(from);
-    let mut watch = etcd.raw.clone().watch("", Some(options)).await.unwrap();
     let prefix = etcd.ns.owners_prefix();
-    let mut seen = 0;
-    while seen < to {
-        let response = tokio::time::timeout(Duration::from_secs(10), watch.message())
-            .await
-            .expect("etcd's history within 10 s")
-            .unwrap()
-            .expect("a watch response");
-        for event in response.events() {
-            let kv = event.kv().expect("a key");
-            seen = seen.max(kv.mod_revision());
-            if kv.mod_revision() > to || !kv.key().starts_with(prefix.as_bytes()) {
-                continue;
+    for change in common::history(&etcd.raw, from, to).await {
+        if !change.key.starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        match (change.put, change.version) {
+            (true, 1) => {
+                let key = String::from_utf8_lossy(&change.key).into_owned();
+                *created.entry(key).or_insert(0) += 1;
             }
-            match event.event_type() {
-                EventType::Put if kv.version() == 1 => {
-                    let key = String::from_utf8_lossy(kv.key()).into_owned();
-                    *created.entry(key).or_insert(0) += 1;
-                }
-                EventType::Delete => deleted += 1,
-                EventType::Put => {}
-            }
+            (false, _) => deleted += 1,
+            (true, _) => {}
         }
     }
     (created, deleted)

@@ -366,7 +366,6 @@ impl Inner {
         set: Option<(Arc<NodeLease>, String)>,
     ) {
         self.cap.send_replace(0);
-        self.withdraw_moves().await;
         let set_key = self.store.namespace().set_key(self.store.id());
         for (key, written) in [
             (&self.host_key, written),
@@ -377,6 +376,7 @@ impl Inner {
                 self.delete_key(key, node, &value).await;
             }
         }
+        self.withdraw_moves().await;
     }
 
     /// Deletes `key` if it still holds `value`: see [`leave`](Self::leave).

@@ -22,11 +22,19 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::balance::leave_bound;
 use super::{Inner, lock};
 use crate::etcd::Delete;
-use crate::etcd::write::{self, Written};
+use crate::etcd::write::{self, WritePolicy, Written};
 use crate::keys::id_under;
 use crate::store::{MOVE_WITHDRAWN_AFTER, MoveValue};
+
+/// Whether a write of the balance loop may go on: for three write attempts
+/// ([`leave_bound`]), so that etcd being out of reach does not hold the loop up.
+fn bounded(policy: &WritePolicy) -> impl Fn() -> bool + use<> {
+    let until = Instant::now().checked_add(leave_bound(policy));
+    move || until.is_none_or(|until| Instant::now() < until)
+}
 
 /// A move to this host that it said it is ready for.
 #[derive(Clone, Copy, Debug)]
@@ -140,7 +148,8 @@ impl Inner {
     }
 
     /// Rewrites a move to this host as ready, if it is still as read: the revision of the
-    /// rewrite, once a reply confirms it.
+    /// rewrite, once a reply confirms it (within three write attempts, so the balance loop is
+    /// not held up; the next tick reads the move again).
     async fn say_ready(&self, session: Uuid, kv: &KeyValue, ready: &MoveValue) -> Option<i64> {
         let shared = self.store.shared();
         let key = self.store.namespace().move_key(session);
@@ -161,7 +170,7 @@ impl Inner {
             "move ready",
             &txn,
             None,
-            || !self.leaving.is_cancelled(),
+            bounded(&shared.write),
             &shared.shutdown,
         )
         .await;
@@ -172,7 +181,8 @@ impl Inner {
     }
 
     /// Deletes a move key (to this host) as `delete` guards it; a delete that does not go
-    /// through is tried again at the next tick, or goes with the node lease.
+    /// through (within three write attempts) is tried again at the next tick, or goes with the
+    /// node lease.
     async fn delete_move(&self, session: Uuid, delete: Delete) {
         lock(&self.moves).remove(&session);
         let shared = self.store.shared();
@@ -182,7 +192,7 @@ impl Inner {
             "withdraw move",
             &delete.txn(),
             None,
-            || !shared.shutdown.is_cancelled(),
+            bounded(&shared.write),
             &shared.shutdown,
         )
         .await;

@@ -176,6 +176,74 @@ impl Etcd {
     pub(crate) async fn store(&self, node: &str, ttl: u64) -> Store {
         store(&[self.node.endpoint().to_owned()], &self.ns, node, ttl).await
     }
+
+    /// Runs the `leasehold` tool with `args` against this member, in this namespace.
+    pub(crate) async fn tool<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: impl IntoIterator<Item = S>,
+    ) -> std::process::Output {
+        tool(self.node.endpoint(), &self.ns, args).await
+    }
+}
+
+/// Runs the `leasehold` tool with `args` against `endpoint`, in namespace `ns` (the
+/// environment's endpoints and namespace removed).
+pub(crate) async fn tool<S: AsRef<std::ffi::OsStr>>(
+    endpoint: &str,
+    ns: &Namespace,
+    args: impl IntoIterator<Item = S>,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", endpoint, "--namespace", ns.as_str()])
+        .args(args)
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .env_remove("LEASEHOLD_NAMESPACE")
+        .output()
+        .await
+        .expect("the tool runs")
+}
+
+/// One change in etcd's history: its kind, key, value and the key's version after it.
+pub(crate) struct Change {
+    pub(crate) put: bool,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) version: i64,
+}
+
+/// Every change etcd made from revision `from` to `to`, in order, read from a watch of all
+/// keys. Every revision changes some key, so the history is read up to `to` once an event of
+/// `to` or later has come.
+pub(crate) async fn history(raw: &etcd_client::Client, from: i64, to: i64) -> Vec<Change> {
+    let mut changes = Vec::new();
+    if to < from {
+        return changes;
+    }
+    let options = etcd_client::WatchOptions::new()
+        .with_all_keys()
+        .with_start_revision(from);
+    let mut watch = raw.clone().watch("", Some(options)).await.unwrap();
+    let mut seen = 0;
+    while seen < to {
+        let response = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("etcd's history within 10 s")
+            .unwrap()
+            .expect("a watch response");
+        for event in response.events() {
+            let kv = event.kv().expect("a key");
+            seen = seen.max(kv.mod_revision());
+            if kv.mod_revision() <= to {
+                changes.push(Change {
+                    put: event.event_type() == etcd_client::EventType::Put,
+                    key: kv.key().to_vec(),
+                    value: kv.value().to_vec(),
+                    version: kv.version(),
+                });
+            }
+        }
+    }
+    changes
 }
 
 /// The revisions at which each of `keys` was deleted, read from a watch of etcd's history.
