@@ -461,8 +461,14 @@ fn read_again(error: &EtcdError) -> bool {
     error.class() != FailureClass::Permanent
 }
 
+/// The pause after a resolving read's failed attempt, before the next: a connection the
+/// failure closed is dialled again meanwhile.
+const READ_PAUSE: Duration = Duration::from_millis(50);
+
 /// The resolving read: linearizable, a few attempts across the endpoints, bounded in time.
-/// The error is the last attempt's.
+/// It makes at least [`read_attempts`] attempts, and goes on for as long as that many could
+/// take at their whole timeout: an attempt that failed at once (on a connection that had just
+/// been closed, say) leaves its time to the next. The error is the last attempt's.
 pub(crate) async fn read_once(
     connection: &Connection,
     policy: &WritePolicy,
@@ -470,8 +476,15 @@ pub(crate) async fn read_once(
     stop: &CancellationToken,
 ) -> Result<TxnResponse, EtcdError> {
     const OPERATION: &str = "resolving read";
+    let attempts = read_attempts(connection.endpoints().len());
+    let budget = policy
+        .attempt_timeout
+        .saturating_mul(u32::try_from(attempts).unwrap_or(u32::MAX));
+    let until = crate::deadline::deadline(tokio::time::Instant::now(), budget);
     let mut last = EtcdError::stopped(OPERATION);
-    for _ in 0..read_attempts(connection.endpoints().len()) {
+    let mut made = 0;
+    while made < attempts || tokio::time::Instant::now() < until {
+        made += 1;
         let attempt = tokio::select! {
             attempt = connection.attempt(OPERATION, policy.attempt_timeout, |mut client| {
                 let read = read.clone();
@@ -486,6 +499,10 @@ pub(crate) async fn read_once(
                 last = error;
                 connection.rotate();
             }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(READ_PAUSE) => {}
+            _ = stop.cancelled() => return Err(EtcdError::stopped(OPERATION)),
         }
     }
     Err(last)
