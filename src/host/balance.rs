@@ -10,10 +10,10 @@ use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::time::Instant;
 
 use super::settle::Members;
-use super::{Inner, lock, moves};
+use super::{Inner, leave_bound, lock, moves};
 use crate::deadline::deadline;
 use crate::etcd::Delete;
-use crate::etcd::write::{self, WritePolicy, Written};
+use crate::etcd::write::{self, Written};
 use crate::keys::{id_under, prefix_end};
 use crate::lease::NodeLease;
 use crate::store::HostValue;
@@ -407,12 +407,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// How long a leave's delete is tried in the foreground: three write attempts (saturating: a
-/// huge attempt timeout means no bound).
-pub(super) fn leave_bound(policy: &WritePolicy) -> Duration {
-    policy.attempt_timeout.saturating_mul(3)
 }
 
 /// What a host's key says of its share: its maximum, and its weight.

@@ -154,7 +154,7 @@ use crate::lease::Epoch;
 use crate::rig::Rig;
 use crate::store::HostValue;
 use crate::store::Store;
-use balance::{balance, leave_bound};
+use balance::balance;
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
 pub use route::{NotOwner, Route};
@@ -252,6 +252,12 @@ impl Inner {
     fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire) || self.drain_asked.load(Ordering::Acquire)
     }
+}
+
+/// How long a leave's delete (or a write of a move, in the balance loop) is tried in the
+/// foreground: three write attempts (saturating: a huge attempt timeout means no bound).
+fn leave_bound(policy: &crate::etcd::WritePolicy) -> Duration {
+    policy.attempt_timeout.saturating_mul(3)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -22,8 +22,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::balance::leave_bound;
-use super::{Inner, lock};
+use super::{Inner, leave_bound, lock};
 use crate::etcd::Delete;
 use crate::etcd::write::{self, WritePolicy, Written};
 use crate::keys::id_under;
