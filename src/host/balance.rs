@@ -84,13 +84,17 @@ impl Inner {
         let sets_prefix = namespace.sets_prefix();
         let drain_key = namespace.drain_key(self.store.id());
         let range = |prefix: &str| Some(GetOptions::new().with_range(prefix_end(prefix)));
-        let txn = Txn::new().and_then([
+        let mut ops = vec![
             TxnOp::get(prefix.as_str(), range(&prefix)),
             TxnOp::get(drain_key.as_str(), None),
             TxnOp::get(joining_prefix.as_str(), range(&joining_prefix)),
             TxnOp::get(moves_prefix.as_str(), range(&moves_prefix)),
-            TxnOp::get(sets_prefix.as_str(), range(&sets_prefix)),
-        ]);
+        ];
+        // The other hosts' sets matter only to a host with a fixed set (see `sets.rs`).
+        if !self.options.registry {
+            ops.push(TxnOp::get(sets_prefix.as_str(), range(&sets_prefix)));
+        }
+        let txn = Txn::new().and_then(ops);
         let read = self
             .store
             .connection()
