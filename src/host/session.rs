@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -11,129 +12,166 @@ use super::{GiveUp, HostEvent, HostOptions, Inner, Owned, lock};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 use crate::rig::Rig;
+use crate::store::Standby;
 
 /// After this many failed opens in a row, a session is quarantined (see
 /// [`HostEvent::Quarantined`]).
 const QUARANTINE_AFTER: u32 = 3;
 
 /// One session's task: see the module docs.
+///
+/// The task lives as long as the session is hosted here, and a future is as large as its
+/// largest step; so the steps that run once per ownership (waiting for a slot, acquiring,
+/// opening: several KiB) are boxed while they run, and what stays is the running session's
+/// state.
 pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken) {
-    let standby = inner.store.standby(session);
-    let mut freed = inner.freed.subscribe();
-    let mut cap = inner.cap.subscribe();
-    let mut failures = OpenFailures::new(&inner.options, inner.store.shared().metrics.clone());
-    // The standby was woken (the session freed) since the last slot it was given.
-    let mut freed_elsewhere = false;
-    loop {
-        // --- 1. a free slot
-        loop {
-            if stop.is_cancelled() {
-                return;
-            }
-            freed.borrow_and_update();
-            cap.borrow_and_update();
-            if standby.held_elsewhere() {
-                // Held elsewhere: a slot taken for it would go to a refused acquisition (while
-                // an unowned session waits for it). Stand by for the delete.
-                tokio::select! {
-                    _ = standby.notified() => freed_elsewhere = true,
-                    _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
-                    _ = stop.cancelled() => return,
-                }
-                continue;
-            }
-            if inner.reserve() || inner.reserve_moved(session) {
-                break;
-            }
-            if std::mem::take(&mut freed_elsewhere) {
-                // Freed while this host is full (the wake-up was taken while standing by, in
-                // step 2): maybe a host left; count again now, not at the next tick.
-                inner.recount.notify_one();
-            }
-            tokio::select! {
-                _ = freed.changed() => {}
-                _ = cap.changed() => {}
-                // Freed while this host is full: maybe a host left; count again now.
-                _ = standby.notified() => inner.recount.notify_one(),
-                _ = stop.cancelled() => return,
-            }
-        }
-        // --- 2. acquire (as a move's target, if it is one), or stand by
-        let moved = inner.moved_here(session);
-        let acquire = async {
-            match moved {
-                Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
-                None => inner.store.acquire_lease(session).await,
-            }
-        };
-        let acquired = tokio::select! {
-            acquired = acquire => acquired,
-            _ = stop.cancelled() => {
-                inner.unreserve();
-                return;
-            }
-        };
-        let lease = match acquired {
-            Ok(lease) => lease,
-            Err(error) if error.is_transient() => {
-                inner.unreserve();
-                tokio::select! {
-                    _ = standby.notified() => freed_elsewhere = true,
-                    _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
-                    _ = stop.cancelled() => return,
-                }
-                continue;
-            }
-            Err(error) => {
-                inner.unreserve();
-                tracing::warn!(%session, %error, "session host cannot acquire");
-                if inner.store.shared().shutdown.is_cancelled() {
-                    return;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(inner.options.retry_pause) => {}
-                    _ = stop.cancelled() => return,
-                }
-                continue;
-            }
-        };
-        // --- 3. and 4. open, work, give up in order
-        let workspace = (inner.options.workspace)(session);
-        match Rig::with_lease(&inner.store, lease, &workspace).await {
-            Ok(rig) => {
-                if failures.opened() {
-                    tracing::info!(%session, "quarantined session opened again");
-                }
-                run(&inner, Arc::new(rig), moved.is_some(), &stop).await;
-            }
-            Err(error) => {
-                let error = Arc::new(error);
-                inner.emit(HostEvent::OpenFailed {
-                    session,
-                    error: error.clone(),
-                });
-                let (pause, quarantined) = failures.failed();
-                if quarantined {
-                    let (failures, why) = (failures.count, crate::etcd::chain(&*error));
-                    tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
-                    inner.emit(HostEvent::Quarantined {
-                        session,
-                        failures,
-                        retry_in: pause,
-                        error,
-                    });
-                } else {
-                    tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
-                }
-                inner.unreserve();
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stop.cancelled() => return,
-                }
-                continue;
-            }
-        }
+    let mut idle = Idle {
+        standby: inner.store.standby(session),
+        freed: inner.freed.subscribe(),
+        cap: inner.cap.subscribe(),
+        failures: OpenFailures::new(&inner.options, inner.store.shared().metrics.clone()),
+        freed_elsewhere: false,
+    };
+    while let Some((rig, moved_here)) = Box::pin(idle.open(&inner, session, &stop)).await {
+        run(&inner, Arc::new(rig), moved_here, &stop).await;
         inner.unreserve();
+    }
+}
+
+/// What a hosted session keeps between ownerships.
+struct Idle {
+    standby: Standby,
+    freed: watch::Receiver<()>,
+    cap: watch::Receiver<usize>,
+    failures: OpenFailures,
+    /// The standby was woken (the session freed) since the last slot it was given.
+    freed_elsewhere: bool,
+}
+
+impl Idle {
+    /// Steps 1 to 3: waits for a slot, acquires the session (as a move's target, if it is
+    /// one) and opens its rig, until one opens (holding a slot) or the session is stopped
+    /// (`None`). Whether the session came through a move, with the rig.
+    async fn open(
+        &mut self,
+        inner: &Inner,
+        session: Uuid,
+        stop: &CancellationToken,
+    ) -> Option<(Rig, bool)> {
+        let Self {
+            standby,
+            freed,
+            cap,
+            failures,
+            freed_elsewhere,
+        } = self;
+        loop {
+            // --- 1. a free slot
+            loop {
+                if stop.is_cancelled() {
+                    return None;
+                }
+                freed.borrow_and_update();
+                cap.borrow_and_update();
+                if standby.held_elsewhere() {
+                    // Held elsewhere: a slot taken for it would go to a refused acquisition
+                    // (while an unowned session waits for it). Stand by for the delete.
+                    tokio::select! {
+                        _ = standby.notified() => *freed_elsewhere = true,
+                        _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
+                        _ = stop.cancelled() => return None,
+                    }
+                    continue;
+                }
+                if inner.reserve() || inner.reserve_moved(session) {
+                    break;
+                }
+                if std::mem::take(freed_elsewhere) {
+                    // Freed while this host is full (the wake-up was taken while standing by,
+                    // in step 2): maybe a host left; count again now, not at the next tick.
+                    inner.recount.notify_one();
+                }
+                tokio::select! {
+                    _ = freed.changed() => {}
+                    _ = cap.changed() => {}
+                    // Freed while this host is full: maybe a host left; count again now.
+                    _ = standby.notified() => inner.recount.notify_one(),
+                    _ = stop.cancelled() => return None,
+                }
+            }
+            // --- 2. acquire (as a move's target, if it is one), or stand by
+            let moved = inner.moved_here(session);
+            let acquire = async {
+                match moved {
+                    Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
+                    None => inner.store.acquire_lease(session).await,
+                }
+            };
+            let acquired = tokio::select! {
+                acquired = acquire => acquired,
+                _ = stop.cancelled() => {
+                    inner.unreserve();
+                    return None;
+                }
+            };
+            let lease = match acquired {
+                Ok(lease) => lease,
+                Err(error) if error.is_transient() => {
+                    inner.unreserve();
+                    tokio::select! {
+                        _ = standby.notified() => *freed_elsewhere = true,
+                        _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
+                        _ = stop.cancelled() => return None,
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    inner.unreserve();
+                    tracing::warn!(%session, %error, "session host cannot acquire");
+                    if inner.store.shared().shutdown.is_cancelled() {
+                        return None;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(inner.options.retry_pause) => {}
+                        _ = stop.cancelled() => return None,
+                    }
+                    continue;
+                }
+            };
+            // --- 3. open
+            let workspace = (inner.options.workspace)(session);
+            let error = match Rig::with_lease(&inner.store, lease, &workspace).await {
+                Ok(rig) => {
+                    if failures.opened() {
+                        tracing::info!(%session, "quarantined session opened again");
+                    }
+                    return Some((rig, moved.is_some()));
+                }
+                Err(error) => Arc::new(error),
+            };
+            inner.emit(HostEvent::OpenFailed {
+                session,
+                error: error.clone(),
+            });
+            let (pause, quarantined) = failures.failed();
+            if quarantined {
+                let (failures, why) = (failures.count, crate::etcd::chain(&*error));
+                tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
+                inner.emit(HostEvent::Quarantined {
+                    session,
+                    failures,
+                    retry_in: pause,
+                    error,
+                });
+            } else {
+                tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
+            }
+            inner.unreserve();
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.cancelled() => return None,
+            }
+        }
     }
 }
 
@@ -225,7 +263,7 @@ async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &Cancellation
         tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
         work.abort();
     }
-    let result = rig.shutdown().await.map_err(Arc::new);
+    let result = Box::pin(rig.shutdown()).await.map_err(Arc::new);
     lock(&inner.owned).remove(&session);
     tracing::info!(%session, %epoch, %why, "session given up");
     inner.emit(HostEvent::GaveUp {
