@@ -16,6 +16,8 @@
 //! compare, which no later send can change; the open then reads owner and tip as in step 1 and
 //! fences once more, so a stale seen tip costs a round trip, never a false fence.
 
+use std::sync::Arc;
+
 use etcd_client::{KeyValue, KvClient, Txn, TxnOp};
 use uuid::Uuid;
 
@@ -56,7 +58,7 @@ impl SeenTip {
 /// Appends the fence under `ownership` and returns the journal, open after it. `seen` is the
 /// tip the acquisition read, if it did (see the module docs).
 pub(crate) async fn open(
-    context: JournalContext,
+    context: Arc<JournalContext>,
     ownership: Ownership,
     seen: Option<SeenTip>,
 ) -> Result<Journal, OpenJournalError> {
@@ -106,7 +108,7 @@ struct Fenced {
 }
 
 impl Fenced {
-    fn into_journal(self, context: JournalContext, ownership: Ownership) -> Journal {
+    fn into_journal(self, context: Arc<JournalContext>, ownership: Ownership) -> Journal {
         Journal::new(context, ownership, self.next_seq, self.revision)
     }
 }

@@ -164,8 +164,7 @@ pub struct Appended {
 }
 
 /// What a journal needs of its store: where to write, under which names, within which limits,
-/// and the store's shutdown.
-#[derive(Clone)]
+/// and the store's shutdown. One per store, shared by its journals.
 pub(crate) struct JournalContext {
     /// The store's span (node, namespace), parent of the journal's.
     pub(crate) span: tracing::Span,
@@ -182,7 +181,7 @@ pub(crate) struct JournalContext {
 /// A session's journal, open for appending under one lease. One transaction is in flight at a
 /// time; the appends that arrive meanwhile are committed together in the next one.
 pub struct Journal {
-    context: JournalContext,
+    context: Arc<JournalContext>,
     ownership: Ownership,
     /// The journal's side of the store's append queue.
     writer: Arc<Writer>,
@@ -199,7 +198,7 @@ impl std::fmt::Debug for Journal {
 
 impl Journal {
     pub(crate) fn new(
-        context: JournalContext,
+        context: Arc<JournalContext>,
         ownership: Ownership,
         next_seq: u64,
         tip_mod_revision: i64,

@@ -164,6 +164,8 @@ pub(crate) struct StoreShared {
     pub(crate) tasks: TaskTracker,
     /// The journals' appends share transactions through it.
     batcher: Arc<Batcher>,
+    /// What its journals share, made at the first open.
+    journal_context: std::sync::OnceLock<Arc<JournalContext>>,
     pub(crate) metrics: Metrics,
     /// Names this store (node, namespace) in the logs: the parent of its tasks' and its
     /// calls' spans.
@@ -278,6 +280,7 @@ impl Store {
             refusal: Refusal::default(),
             tasks,
             batcher,
+            journal_context: std::sync::OnceLock::new(),
         });
         let span = shared.span().clone();
         let _in_store = span.enter();
@@ -684,18 +687,22 @@ impl StoreShared {
         &self.span
     }
 
-    /// What a journal of this store needs.
-    pub(crate) fn journal_context(&self) -> JournalContext {
-        JournalContext {
-            span: self.span.clone(),
-            metrics: self.metrics.clone(),
-            connection: self.connection.clone(),
-            namespace: self.namespace.clone(),
-            limits: self.journal.clone(),
-            policy: self.write.clone(),
-            stop: self.shutdown.clone(),
-            batcher: self.batcher.clone(),
-        }
+    /// What a journal of this store needs: one for all of them.
+    pub(crate) fn journal_context(&self) -> Arc<JournalContext> {
+        self.journal_context
+            .get_or_init(|| {
+                Arc::new(JournalContext {
+                    span: self.span.clone(),
+                    metrics: self.metrics.clone(),
+                    connection: self.connection.clone(),
+                    namespace: self.namespace.clone(),
+                    limits: self.journal.clone(),
+                    policy: self.write.clone(),
+                    stop: self.shutdown.clone(),
+                    batcher: self.batcher.clone(),
+                })
+            })
+            .clone()
     }
 
     /// Loses every lease of node lease `node_id` (all leases for `None`).
