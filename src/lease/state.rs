@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::FutureExt as _;
-use futures_util::future::{BoxFuture, Shared};
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -84,12 +83,27 @@ impl NodeLease {
 /// Resolves with the [`LossReason`] once a lease is lost; cheap to clone, and every clone can
 /// be awaited (each resolves with the same reason). Like `tokio::sync::watch`, it observes the
 /// latest state: awaiting it after the loss resolves at once.
-#[derive(Clone)]
-pub struct Lost(Shared<BoxFuture<'static, LossReason>>);
+pub struct Lost {
+    state: Arc<LeaseState>,
+    /// Registered for the loss's notification, while awaited (allocated only then: a lease
+    /// is mostly held, not awaited by many).
+    waiting: Option<Pin<Box<OwnedNotified>>>,
+}
+
+impl Clone for Lost {
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            waiting: None,
+        }
+    }
+}
 
 impl std::fmt::Debug for Lost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Lost").field(&self.0.peek()).finish()
+        f.debug_tuple("Lost")
+            .field(&self.state.loss_reason())
+            .finish()
     }
 }
 
@@ -97,7 +111,26 @@ impl Future for Lost {
     type Output = LossReason;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
-        Pin::new(&mut self.0).poll(cx)
+        let this = &mut *self;
+        loop {
+            if let Some(reason) = this.state.loss_reason() {
+                this.waiting = None;
+                return Poll::Ready(reason);
+            }
+            match &mut this.waiting {
+                // Registered first, then the reason is looked at again: a loss recorded in
+                // between is seen there, one after it notifies this registration.
+                None => {
+                    let mut notified = Box::pin(this.state.loss.clone().notified_owned());
+                    notified.as_mut().enable();
+                    this.waiting = Some(notified);
+                }
+                Some(notified) => {
+                    std::task::ready!(notified.as_mut().poll(cx));
+                    this.waiting = None;
+                }
+            }
+        }
     }
 }
 
@@ -114,8 +147,10 @@ pub(crate) struct LeaseState {
     released: AtomicBool,
     /// One journal per lease: 0 none, 1 opening, 2 opened.
     journal: std::sync::atomic::AtomicU8,
-    reason: watch::Sender<Option<LossReason>>,
-    lost: Lost,
+    /// Why the lease was lost, once it was: the first reason recorded.
+    reason: std::sync::OnceLock<LossReason>,
+    /// Notified once, when the reason is recorded.
+    loss: Arc<Notify>,
     /// Where a lease handed out is counted (set once, before `COUNTED`).
     metrics: std::sync::OnceLock<Metrics>,
     /// `COUNTED` once handed out and counted as held, `LOST` once lost: the held gauge goes
@@ -138,16 +173,6 @@ impl LeaseState {
         nonce: Uuid,
         node: Arc<NodeLease>,
     ) -> Arc<Self> {
-        let (reason, mut receiver) = watch::channel(None);
-        let lost = async move {
-            match receiver.wait_for(Option::is_some).await {
-                Ok(reason) => reason.expect("waited for Some"),
-                // The sender lives as long as any handle; gone means everything is gone.
-                Err(_) => LossReason::StoreClosed,
-            }
-        }
-        .boxed()
-        .shared();
         Arc::new(Self {
             session,
             epoch,
@@ -157,8 +182,8 @@ impl LeaseState {
             lost_flag: AtomicBool::new(false),
             released: AtomicBool::new(false),
             journal: std::sync::atomic::AtomicU8::new(0),
-            reason,
-            lost: Lost(lost),
+            reason: std::sync::OnceLock::new(),
+            loss: Arc::new(Notify::new()),
             metrics: std::sync::OnceLock::new(),
             counting: std::sync::atomic::AtomicU8::new(0),
             seen_tip: std::sync::Mutex::new(None),
@@ -178,15 +203,9 @@ impl LeaseState {
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         // The flag goes first, so is_valid() is false before anyone can observe the reason.
         self.lost_flag.store(true, Ordering::Release);
-        let first = self.reason.send_if_modified(|current| {
-            if current.is_none() {
-                *current = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
+        let first = self.reason.set(reason).is_ok();
         if first {
+            self.loss.notify_waiters();
             tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
             if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
                 && let Some(metrics) = self.metrics.get()
@@ -241,11 +260,14 @@ impl LeaseState {
     }
 
     pub(crate) fn loss_reason(&self) -> Option<LossReason> {
-        *self.reason.borrow()
+        self.reason.get().copied()
     }
 
-    pub(crate) fn lost(&self) -> Lost {
-        self.lost.clone()
+    pub(crate) fn lost(self: &Arc<Self>) -> Lost {
+        Lost {
+            state: self.clone(),
+            waiting: None,
+        }
     }
 }
 
