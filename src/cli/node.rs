@@ -424,20 +424,20 @@ struct Beats {
 /// The work on each owned session: one heartbeat event per interval into its journal, and,
 /// with `--keep`, the trimming of its oldest records beside it.
 async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, beats: Beats) {
-    let (tip, tips) = tokio::sync::watch::channel(0u64);
-    let trim = async {
-        if let Some(keep) = beats.keep {
-            keep_last(&rig, keep, tips, &stop, &beats).await;
-        }
+    let Some(keep) = beats.keep else {
+        return append_beats(&rig, &stop, &beats, None).await;
     };
-    tokio::join!(append_beats(&rig, &stop, &beats, tip), trim);
+    let (tip, tips) = tokio::sync::watch::channel(0u64);
+    // Boxed: a trim's future is large, and only `--keep` needs it.
+    let trim = Box::pin(keep_last(&rig, keep, tips, &stop, &beats));
+    tokio::join!(append_beats(&rig, &stop, &beats, Some(tip)), trim);
 }
 
 async fn append_beats(
     rig: &Rig,
     stop: &CancellationToken,
     beats: &Beats,
-    tip: tokio::sync::watch::Sender<u64>,
+    tip: Option<tokio::sync::watch::Sender<u64>>,
 ) {
     let Beats {
         name,
@@ -460,7 +460,9 @@ async fn append_beats(
             .await
         {
             Ok(appended) => {
-                tip.send_replace(appended.last_seq);
+                if let Some(tip) = &tip {
+                    tip.send_replace(appended.last_seq);
+                }
                 if *print_appends {
                     timeline.say(
                         name,

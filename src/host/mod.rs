@@ -203,6 +203,8 @@ struct Inner {
     /// Sessions held, being acquired or being opened (a standby gives its slot back): what
     /// the cap bounds.
     slots: AtomicUsize,
+    /// The sessions acquiring and opening now take one each (bounded: see `session.rs`).
+    opening: tokio::sync::Semaphore,
     /// The most sessions this host may hold now.
     cap: watch::Sender<usize>,
     /// Bumped whenever a slot frees up.
@@ -296,6 +298,7 @@ impl SessionHost {
             set_digest: std::sync::atomic::AtomicU64::new(0),
             owned: Mutex::new(HashMap::new()),
             slots: AtomicUsize::new(0),
+            opening: tokio::sync::Semaphore::new(session::OPENING_AT_ONCE),
             // Nothing is taken before the first count of live hosts.
             cap: watch::Sender::new(0),
             freed: watch::Sender::new(()),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -17,6 +18,9 @@ use crate::store::Standby;
 /// After this many failed opens in a row, a session is quarantined (see
 /// [`HostEvent::Quarantined`]).
 const QUARANTINE_AFTER: u32 = 3;
+
+/// How many sessions of one host acquire and open at once (see step 2 of `Idle::open`).
+pub(super) const OPENING_AT_ONCE: usize = 512;
 
 /// One session's task: see the module docs.
 ///
@@ -99,14 +103,24 @@ impl Idle {
                     _ = stop.cancelled() => return None,
                 }
             }
-            // --- 2. acquire (as a move's target, if it is one), or stand by
+            // --- 2. acquire (as a move's target, if it is one), or stand by. At most
+            // `OPENING_AT_ONCE` sessions acquire and open at once, each in a boxed future of a
+            // few KiB that lives only while it runs: a host started over many sessions holds
+            // them all at once otherwise (the store sends a window of requests at a time).
+            let opening = tokio::select! {
+                permit = inner.opening.acquire() => permit.expect("the semaphore is never closed"),
+                _ = stop.cancelled() => {
+                    inner.unreserve();
+                    return None;
+                }
+            };
             let moved = inner.moved_here(session);
-            let acquire = async {
+            let acquire = Box::pin(async {
                 match moved {
                     Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
                     None => inner.store.acquire_lease(session).await,
                 }
-            };
+            });
             let acquired = tokio::select! {
                 acquired = acquire => acquired,
                 _ = stop.cancelled() => {
@@ -117,6 +131,7 @@ impl Idle {
             let lease = match acquired {
                 Ok(lease) => lease,
                 Err(error) if error.is_transient() => {
+                    drop(opening);
                     inner.unreserve();
                     tokio::select! {
                         _ = standby.notified() => *freed_elsewhere = true,
@@ -126,6 +141,7 @@ impl Idle {
                     continue;
                 }
                 Err(error) => {
+                    drop(opening);
                     inner.unreserve();
                     tracing::warn!(%session, %error, "session host cannot acquire");
                     if inner.store.shared().shutdown.is_cancelled() {
@@ -140,7 +156,9 @@ impl Idle {
             };
             // --- 3. open
             let workspace = (inner.options.workspace)(session);
-            let error = match Rig::with_lease(&inner.store, lease, &workspace).await {
+            let opened = Box::pin(Rig::with_lease(&inner.store, lease, &workspace)).await;
+            drop(opening);
+            let error = match opened {
                 Ok(rig) => {
                     if failures.opened() {
                         tracing::info!(%session, "quarantined session opened again");
@@ -255,6 +273,14 @@ async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &Cancellation
         _ = &mut work => work_done(&rig),
     };
     token.cancel();
+    // Boxed: it runs once, at the end (see `host_session`).
+    Box::pin(give_up(inner, rig, work, why)).await;
+}
+
+/// Gives the session up in order: the work stops (within its grace period, or it is aborted),
+/// the rig shuts down, and the host says so.
+async fn give_up(inner: &Inner, rig: Arc<Rig>, mut work: JoinHandle<()>, why: GiveUp) {
+    let (session, epoch) = (rig.session_id(), rig.epoch());
     if !work.is_finished()
         && tokio::time::timeout(inner.options.stop_grace, &mut work)
             .await
@@ -263,7 +289,7 @@ async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &Cancellation
         tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
         work.abort();
     }
-    let result = Box::pin(rig.shutdown()).await.map_err(Arc::new);
+    let result = rig.shutdown().await.map_err(Arc::new);
     lock(&inner.owned).remove(&session);
     tracing::info!(%session, %epoch, %why, "session given up");
     inner.emit(HostEvent::GaveUp {

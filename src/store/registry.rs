@@ -146,7 +146,8 @@ impl Registry {
                 lease.is_some_and(|lease| lease.nonce == nonce)
                     || entry.held.as_ref().is_some_and(|held| held.nonce == nonce)
             };
-            for event in entry.seen.drain(..) {
+            // Taken, not drained: a held session keeps no event buffer.
+            for event in std::mem::take(&mut entry.seen) {
                 if let OwnerEvent::Put {
                     ours: Some(nonce), ..
                 } = event
