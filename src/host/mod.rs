@@ -5,7 +5,9 @@
 //!
 //! 1. wait for a free slot (see *Balance*);
 //! 2. acquire the session; if it is held elsewhere, stand by (woken by the owner key's
-//!    delete, with the store's slow re-check as a backstop) and go to 1;
+//!    delete, with the store's slow re-check as a backstop) and go to 1 (at most 512 sessions
+//!    of a host acquire and open at once: the store sends a window of requests at a time
+//!    anyway, and each costs a few KiB while it runs);
 //! 3. open a [`Rig`] (lease, workspace root, fenced journal) and run the user's
 //!    `work(rig, token)`;
 //! 4. when the lease is lost, the journal breaks ([`Journal::broken`]: fenced, or an append
