@@ -207,10 +207,14 @@ struct Inner {
     slots: AtomicUsize,
     /// The sessions acquiring and opening now take one each (bounded: see `session.rs`).
     opening: tokio::sync::Semaphore,
+    /// The sessions shutting down now take one each (bounded the same way).
+    closing: tokio::sync::Semaphore,
     /// The most sessions this host may hold now.
     cap: watch::Sender<usize>,
-    /// Bumped whenever a slot frees up.
+    /// Bumped whenever a slot frees up (what `drain` waits for).
     freed: watch::Sender<()>,
+    /// Wakes one session waiting for a slot whenever a slot frees up.
+    slot_freed: Notify,
     /// Asks the balance loop to count the live hosts now (a session was freed while this
     /// host had no slot for it: maybe a host left).
     recount: Notify,
@@ -301,9 +305,11 @@ impl SessionHost {
             owned: Mutex::new(HashMap::new()),
             slots: AtomicUsize::new(0),
             opening: tokio::sync::Semaphore::new(session::OPENING_AT_ONCE),
+            closing: tokio::sync::Semaphore::new(session::OPENING_AT_ONCE),
             // Nothing is taken before the first count of live hosts.
             cap: watch::Sender::new(0),
             freed: watch::Sender::new(()),
+            slot_freed: Notify::new(),
             recount: Notify::new(),
             resized: Notify::new(),
             events: broadcast::Sender::new(HOST_EVENTS_BUFFERED),
@@ -476,6 +482,15 @@ impl Inner {
 
     fn unreserve(&self) {
         self.slots.fetch_sub(1, Ordering::AcqRel);
+        self.slot_freed.notify_one();
         self.freed.send_replace(());
+    }
+
+    /// A session woken for a freed slot did not take it: wakes the next one, if a slot is
+    /// still free.
+    fn pass_slot_on(&self) {
+        if self.slots.load(Ordering::Acquire) < *self.cap.borrow() {
+            self.slot_freed.notify_one();
+        }
     }
 }

@@ -31,7 +31,6 @@ pub(super) const OPENING_AT_ONCE: usize = 512;
 pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken) {
     let mut idle = Idle {
         standby: inner.store.standby(session),
-        freed: inner.freed.subscribe(),
         cap: inner.cap.subscribe(),
         failures: OpenFailures::new(&inner.options, inner.store.shared().metrics.clone()),
         freed_elsewhere: false,
@@ -45,7 +44,6 @@ pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: Cancell
 /// What a hosted session keeps between ownerships.
 struct Idle {
     standby: Standby,
-    freed: watch::Receiver<()>,
     cap: watch::Receiver<usize>,
     failures: OpenFailures,
     /// The standby was woken (the session freed) since the last slot it was given.
@@ -64,20 +62,27 @@ impl Idle {
     ) -> Option<(Rig, bool)> {
         let Self {
             standby,
-            freed,
             cap,
             failures,
             freed_elsewhere,
         } = self;
         loop {
-            // --- 1. a free slot
+            // --- 1. a free slot. A freed slot wakes one waiting session (not all of them: a
+            // host shedding 50,000 sessions would wake every waiting one 50,000 times); one
+            // woken that does not take the slot passes the wake-up on.
+            let mut woken = false;
             loop {
                 if stop.is_cancelled() {
+                    if woken {
+                        inner.pass_slot_on();
+                    }
                     return None;
                 }
-                freed.borrow_and_update();
                 cap.borrow_and_update();
                 if standby.held_elsewhere() {
+                    if std::mem::take(&mut woken) {
+                        inner.pass_slot_on();
+                    }
                     // Held elsewhere: a slot taken for it would go to a refused acquisition
                     // (while an unowned session waits for it). Stand by for the delete.
                     tokio::select! {
@@ -90,13 +95,17 @@ impl Idle {
                 if inner.reserve() || inner.reserve_moved(session) {
                     break;
                 }
+                // No slot was free after all: there is nothing to pass on.
+                woken = false;
                 if std::mem::take(freed_elsewhere) {
                     // Freed while this host is full (the wake-up was taken while standing by,
                     // in step 2): maybe a host left; count again now, not at the next tick.
                     inner.recount.notify_one();
                 }
                 tokio::select! {
-                    _ = freed.changed() => {}
+                    // A wake-up taken here and then dropped (the stop won the race) is passed
+                    // on by `Notify` itself.
+                    () = inner.slot_freed.notified() => woken = true,
                     _ = cap.changed() => {}
                     // Freed while this host is full: maybe a host left; count again now.
                     _ = standby.notified() => inner.recount.notify_one(),
@@ -289,7 +298,13 @@ async fn give_up(inner: &Inner, rig: Arc<Rig>, mut work: JoinHandle<()>, why: Gi
         tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
         work.abort();
     }
-    let result = rig.shutdown().await.map_err(Arc::new);
+    // As many shut down at once as open at once: a host shedding half of 100,000 sessions
+    // would otherwise queue 100,000 deletes behind the store's window, long enough for some
+    // to fail unsent.
+    let result = {
+        let _closing = inner.closing.acquire().await;
+        rig.shutdown().await.map_err(Arc::new)
+    };
     lock(&inner.owned).remove(&session);
     tracing::info!(%session, %epoch, %why, "session given up");
     inner.emit(HostEvent::GaveUp {
