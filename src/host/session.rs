@@ -19,7 +19,8 @@ use crate::store::Standby;
 /// [`HostEvent::Quarantined`]).
 const QUARANTINE_AFTER: u32 = 3;
 
-/// How many sessions of one host acquire and open at once (see step 2 of `Idle::open`).
+/// How many sessions of one host acquire and open at once (see step 2 of `Idle::open`), and
+/// how many shut down at once (`give_up`).
 pub(super) const OPENING_AT_ONCE: usize = 512;
 
 /// One session's task: see the module docs.
@@ -85,11 +86,7 @@ impl Idle {
                     }
                     // Held elsewhere: a slot taken for it would go to a refused acquisition
                     // (while an unowned session waits for it). Stand by for the delete.
-                    tokio::select! {
-                        _ = standby.notified() => *freed_elsewhere = true,
-                        _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
-                        _ = stop.cancelled() => return None,
-                    }
+                    *freed_elsewhere |= stand_by(standby, inner, stop).await?;
                     continue;
                 }
                 if inner.reserve() || inner.reserve_moved(session) {
@@ -142,11 +139,7 @@ impl Idle {
                 Err(error) if error.is_transient() => {
                     drop(opening);
                     inner.unreserve();
-                    tokio::select! {
-                        _ = standby.notified() => *freed_elsewhere = true,
-                        _ = tokio::time::sleep(inner.store.standby_recheck()) => {}
-                        _ = stop.cancelled() => return None,
-                    }
+                    *freed_elsewhere |= stand_by(standby, inner, stop).await?;
                     continue;
                 }
                 Err(error) => {
@@ -199,6 +192,16 @@ impl Idle {
                 _ = stop.cancelled() => return None,
             }
         }
+    }
+}
+
+/// Stands by for the owner key's delete, with the store's slow re-check as a backstop: whether
+/// the delete woke it, or `None` once the session is stopped.
+async fn stand_by(standby: &Standby, inner: &Inner, stop: &CancellationToken) -> Option<bool> {
+    tokio::select! {
+        _ = standby.notified() => Some(true),
+        _ = tokio::time::sleep(inner.store.standby_recheck()) => Some(false),
+        _ = stop.cancelled() => None,
     }
 }
 
