@@ -1,11 +1,12 @@
-//! Release is idempotent, resolves lost() first, and frees the session for a higher epoch.
+//! Release is idempotent, resolves lost() first, frees the session for a higher epoch, and a
+//! release left to the background lands once etcd takes it.
 
 mod common;
 
 use std::time::Duration;
 
-use leasehold::LossReason;
 use leasehold::testing::wait_for;
+use leasehold::{LossReason, Store, StoreOptions, WritePolicy};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -107,6 +108,40 @@ async fn a_background_release_rides_out_an_outage() {
     assert!(common::create_revision(&etcd.raw, &key).await > 0);
     proxy.clear_request_filter();
     wait_for("the release to land", Duration::from_secs(5), || async {
+        (common::create_revision(&etcd.raw, &key).await == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(a.is_node_lease_valid(), "the node lease lived through it");
+}
+
+/// A background release cut off for longer than the write's deadline is not abandoned: the
+/// node lease lives, so the owner key must go, and the job sends its guarded delete again
+/// until it lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_release_outlasting_the_write_deadline_is_sent_again() {
+    const DEADLINE: Duration = Duration::from_secs(2);
+    let etcd = common::Etcd::start().await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.node.endpoint())
+        .await
+        .unwrap();
+    let options = StoreOptions::new([proxy.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("a")
+        .with_ttl(Duration::from_secs(10), Duration::from_secs(1))
+        .with_write_policy(WritePolicy::default().with_deadline(DEADLINE));
+    let a = Store::connect(options).await.expect("store connects");
+    let session = Uuid::new_v4();
+    let key = etcd.ns.owner_key(session);
+    let lease = a.acquire_lease(session).await.unwrap();
+
+    // Every send of the release is cut before etcd sees it, for three write deadlines.
+    proxy.reject_requests_containing(key.clone());
+    drop(lease);
+    tokio::time::sleep(DEADLINE * 3).await;
+    assert!(common::create_revision(&etcd.raw, &key).await > 0);
+    proxy.clear_request_filter();
+    wait_for("the release to land", Duration::from_secs(10), || async {
         (common::create_revision(&etcd.raw, &key).await == 0).then_some(())
     })
     .await

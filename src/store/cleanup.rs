@@ -4,12 +4,14 @@
 //!
 //! Every job is bounded: it ends when its deletes are confirmed, when the node lease its keys
 //! are attached to is lost (its end deletes them), when the store shuts down, or at a
-//! permanent failure. A job is queued at most once at a time (see
+//! permanent failure. Any other failure (an outage longer than the write's deadline, a
+//! NOSPACE refusal, an unknown outcome) sends the same guarded delete again after a pause. A job is queued at most once at a time (see
 //! `StoreShared::delete_in_background`).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -17,9 +19,10 @@ use uuid::Uuid;
 
 use super::StoreShared;
 use super::registry::Orphan;
+use crate::backoff::Backoff;
 use crate::deadline::deadline;
 use crate::etcd::write::{self, Written};
-use crate::etcd::{Delete, EtcdError};
+use crate::etcd::{Delete, EtcdError, FailureClass};
 use crate::lease::{LeaseState, NodeLease, ReleaseError, Releaser};
 
 /// Guarded deletes, in order (the next only once the one before is confirmed), of keys
@@ -79,9 +82,16 @@ pub(super) async fn run(shared: Arc<StoreShared>, mut jobs: mpsc::UnboundedRecei
     }
 }
 
+/// The pauses before a cleanup job sends a delete again after a failure that is not
+/// permanent: 1 s, doubling to 30 s, jittered.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
 async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
     let alive = || !job.node.is_lost();
-    for delete in &job.deletes {
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX).with_jitter();
+    let mut deletes = job.deletes.iter().peekable();
+    while let Some(delete) = deletes.peek() {
         let written = write::send(
             &shared.connection,
             &shared.write,
@@ -93,21 +103,38 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
         )
         .await;
         let key = &delete.key;
-        match written {
+        let (error, retry) = match written {
             Written::Replied(response) => {
                 tracing::debug!(%key, deleted = response.succeeded(), "guarded delete confirmed");
+                backoff.reset();
+                deletes.next();
+                continue;
             }
+            // Space may be freed (and etcd applies deletes under its NOSPACE alarm).
+            Written::Refused { error, .. } => (error, true),
             Written::Failed(error)
             | Written::Unknown(error)
-            | Written::Refused { error, .. }
             | Written::Resolved { unknown: error, .. } => {
-                if shared.shutdown.is_cancelled() || !alive() {
-                    tracing::debug!(%key, "guarded delete ends with its node lease");
-                } else {
-                    tracing::error!(%key, %error, "guarded delete failed for good; the deletes after it in this job are not sent");
-                }
-                break;
+                let retry = error.class() != FailureClass::Permanent;
+                (error, retry)
             }
+        };
+        if shared.shutdown.is_cancelled() || !alive() {
+            tracing::debug!(%key, "guarded delete ends with its node lease");
+            break;
+        }
+        if !retry {
+            tracing::error!(%key, %error, "guarded delete failed for good; the deletes after it in this job are not sent");
+            break;
+        }
+        // Refused for space, cut off past the write's deadline, or left unknown: the delete
+        // is guarded, so sending it again is safe, and the key must not outlive the
+        // session's end while the node lease lives.
+        let pause = backoff.next();
+        tracing::warn!(%key, %error, ?pause, "guarded delete not confirmed; it is sent again");
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shared.shutdown.cancelled() => break,
         }
     }
     shared.end_cleanup(&job.name);
@@ -188,7 +215,7 @@ impl StoreShared {
     /// Guarded deletes in order, in the background: each is re-sent until confirmed, and the
     /// next is sent only then. They stop when `node` (which the keys are attached to, so its
     /// end deletes them) is lost, when the store shuts down, or at a permanent error (the later
-    /// ones are then not sent: the order is never broken). A job whose first delete is already
+    /// ones are then not sent: the order is never broken); any other failure is retried. A job whose first delete is already
     /// queued or running is not queued twice.
     pub(crate) fn delete_in_background(&self, deletes: Vec<Delete>, node: Arc<NodeLease>) {
         if !deletes.is_empty() {
