@@ -16,7 +16,7 @@
 //! | `leasehold_append_records_total` | counter | `outcome` | records in those calls |
 //! | `leasehold_append_seconds` | histogram | | an append call, from its start to its answer |
 //! | `leasehold_append_batch_records` | histogram | | records per append transaction (group commit) |
-//! | `leasehold_append_txn_journals` | histogram | | journals per etcd transaction a store sends for appends (1: alone; more: shared across sessions), re-sends of the same transaction not counted |
+//! | `leasehold_append_txn_journals` | histogram | | journals per etcd transaction a store sends for appends (1: alone; more: shared across sessions), re-sends of the same transaction not counted; the fences of journals being opened, which share these transactions too, are not counted |
 //! | `leasehold_watch_restarts_total` | counter | | restarts of the node's owner watch |
 //! | `leasehold_sessions_quarantined` | gauge | | sessions a `SessionHost` of the store keeps failing to open (quarantined: retried with backoff) |
 //! | `leasehold_nospace` | gauge | | 1 while etcd refuses the store's writes for space (its NOSPACE alarm), else 0 |

@@ -3,7 +3,9 @@
 //! acknowledged append exactly once; a takeover of one session under shared transactions
 //! fences that session's callers only; and when the replies of shared transactions are lost,
 //! every caller of every session in them learns "committed"; and when a successor trims the
-//! records of a shared transaction whose reply was lost, no caller is told "fenced".
+//! records of a shared transaction whose reply was lost, no caller is told "fenced". The
+//! fences of journals opened together share transactions too, and one that cannot be written
+//! does not stop the others.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use leasehold::testing::{AppendHistory, FaultProxy, check_journal, wait_for};
+use leasehold::testing::{AppendHistory, FaultProxy, check_journal, etcd_metric, wait_for};
 use leasehold::{Appended, Journal, JournalLimits, JournalWriteError, Lease, Store, Uuid};
 
 /// Writers hold it for reading during each call: the test pauses them all by taking it for
@@ -244,6 +246,8 @@ async fn a_store_keeps_at_most_its_in_flight_transactions_and_the_waiting_append
     let proxy = FaultProxy::start(etcd.node.endpoint()).await.unwrap();
     let a = one_slot_store(&etcd, &proxy).await;
     let held = hold(&a, 16).await;
+    // The last fence's transaction keeps the slot for a turn after its answer.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
     // The first append takes the one transaction in flight, and is held; the 15 others wait.
     proxy.blackhole();
@@ -577,4 +581,96 @@ async fn a_shared_outcome_too_large_to_read_at_once_is_read_member_by_member() {
     check_journal(&a, held[0].session, &history)
         .await
         .unwrap_or_else(|violation| panic!("{violation}"));
+}
+
+/// `Txn` requests etcd has received.
+async fn txns(etcd: &common::Etcd) -> f64 {
+    let labels = ["grpc_method=\"Txn\"", "grpc_type=\"unary\""];
+    etcd_metric(etcd.node.endpoint(), "grpc_server_started_total", &labels)
+        .await
+        .expect("etcd serves /metrics")
+        .expect("etcd counts its Txn requests")
+}
+
+/// Leases on `sessions` fresh sessions, acquired one after the other.
+async fn leases(store: &Store, sessions: usize) -> Vec<Lease> {
+    let mut leases = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        leases.push(store.acquire_lease(Uuid::new_v4()).await.unwrap());
+    }
+    leases
+}
+
+/// Opens the journals of `leases` all at once.
+async fn open_together(
+    store: &Store,
+    leases: &[Lease],
+) -> Vec<Result<Journal, leasehold::OpenJournalError>> {
+    let opens = leases
+        .iter()
+        .map(|lease| store.open_journal(lease.session_id(), Some(lease)));
+    futures_util::future::join_all(opens).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fences_of_journals_opened_together_share_transactions() {
+    const SESSIONS: usize = 32;
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let leases = leases(&store, SESSIONS).await;
+
+    let before = txns(&etcd).await;
+    let journals = open_together(&store, &leases).await;
+    let sent = txns(&etcd).await - before;
+    println!("{SESSIONS} journals opened together in {sent} etcd transactions");
+    let journals: Vec<Journal> = journals
+        .into_iter()
+        .map(|opened| opened.expect("every journal opens"))
+        .collect();
+    assert!(
+        sent < (SESSIONS / 2) as f64,
+        "{SESSIONS} fences in {sent} transactions: they share them"
+    );
+    // Each journal is one chain: its fence, then what it appends.
+    for (lease, journal) in leases.iter().zip(&journals) {
+        assert_eq!(journal.next_seq(), 2);
+        let mut history = AppendHistory::default();
+        let payload = ["after the fence"];
+        let call = history.invoke();
+        let result = journal.append_batch(&payload).await;
+        history.complete(call, &payload, &result);
+        let report = check_journal(&store, lease.session_id(), &history).await;
+        let report = report.unwrap_or_else(|violation| panic!("{violation}"));
+        assert_eq!(report.fence_epochs, [lease.epoch()]);
+        assert_eq!((report.records, report.events), (2, 1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_journal_whose_fence_cannot_be_written_does_not_stop_the_others_opened_with_it() {
+    const SESSIONS: usize = 32;
+    let etcd = common::Etcd::start().await;
+    let store = etcd.store("a", 10).await;
+    let leases = leases(&store, SESSIONS).await;
+
+    // One session's tip is overwritten with bytes that do not decode, after its lease read it:
+    // its fence's compare fails, and the tip it then reads is garbage.
+    let broken = leases[SESSIONS / 2].session_id();
+    let tip = store.namespace().tip_key(broken);
+    etcd.raw
+        .clone()
+        .put(tip, b"garbage".to_vec(), None)
+        .await
+        .unwrap();
+
+    let opened = open_together(&store, &leases).await;
+    for (lease, opened) in leases.iter().zip(&opened) {
+        match opened {
+            Err(leasehold::OpenJournalError::Decode(_)) if lease.session_id() == broken => {}
+            Ok(journal) if lease.session_id() != broken => {
+                journal.append("after the fence").await.unwrap();
+            }
+            other => panic!("{}: {other:?}", lease.session_id()),
+        }
+    }
 }

@@ -57,7 +57,7 @@ impl Batcher {
         if let [member] = members {
             return vec![self.alone(member).await];
         }
-        self.metrics.append_txn(members.len());
+        self.count_txn(members.iter());
         let txn = Txn::new()
             .when(
                 members
@@ -125,8 +125,17 @@ impl Batcher {
     }
 
     /// Sends `member`'s append as its own transaction, through the one write path.
+    /// Counts a transaction of `members` in the metrics, by its appends: fences (journals
+    /// being opened) are not appends.
+    fn count_txn<'a>(&self, members: impl Iterator<Item = &'a Member>) {
+        let appends = members.filter(|member| !member.is_fence()).count();
+        if appends > 0 {
+            self.metrics.append_txn(appends);
+        }
+    }
+
     pub(super) async fn alone(&self, member: &Member) -> Sent {
-        self.metrics.append_txn(1);
+        self.count_txn([member].into_iter());
         let ownership = member.ownership();
         (member.append)
             .send(&self.connection, &self.policy, ownership, &self.stop)

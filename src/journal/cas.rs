@@ -194,32 +194,11 @@ impl Seen {
 }
 
 impl AppendTxn {
-    /// Records `values` from `first_seq` on, and `tip_value`, all written with `nonce`.
-    pub(crate) fn build(
-        namespace: &Namespace,
-        ownership: &Ownership,
-        first_seq: u64,
-        nonce: Uuid,
-        values: Vec<Vec<u8>>,
-        tip_value: Vec<u8>,
-        expected_tip_mod_revision: i64,
-    ) -> Self {
-        Self::build_guarded(
-            namespace,
-            ownership,
-            Some(ownership.guard()),
-            first_seq,
-            nonce,
-            values,
-            tip_value,
-            expected_tip_mod_revision,
-        )
-    }
-
-    /// [`build`](Self::build) with `guard` as the owner compare (a test-only mutant may
-    /// change or drop it).
+    /// Records `values` from `first_seq` on, and `tip_value`, all written with `nonce`, with
+    /// `guard` as the owner compare (the ownership's guard; a test-only mutant may change or
+    /// drop it).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn build_guarded(
+    pub(crate) fn build(
         namespace: &Namespace,
         ownership: &Ownership,
         guard: Option<Compare>,

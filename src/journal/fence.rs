@@ -6,6 +6,9 @@
 //! 2. The owner key must still have the lease's epoch; otherwise the open fails as fenced.
 //! 3. Append `Fence { epoch, previous tip }` at `tip.seq + 1` with the append transaction of
 //!    [`cas`](super::cas), expecting the tip's `mod_revision` as read (0 for a new journal).
+//!    The fence goes through the store's append queue as the journal's first append, so the
+//!    fences of journals opened together share transactions (each with its own compares, as
+//!    appends do: see [`batch`](super::batch)).
 //!
 //! The journal is ready only once the fence has committed. From then on a writer of an older
 //! epoch can no longer append: the tip it expects is gone, and so is its owner key.
@@ -19,11 +22,9 @@
 use std::sync::Arc;
 
 use etcd_client::{KeyValue, KvClient, Txn, TxnOp};
-use uuid::Uuid;
 
-use super::cas::{AppendTxn, Sent};
-use super::record::{decode_tip, encode_fence, encode_tip};
-use super::{DecodeError, Journal, JournalContext, Tip};
+use super::record::decode_tip;
+use super::{DecodeError, Journal, JournalContext, JournalWriteError, Tip, Writer};
 use crate::etcd::{Connection, EtcdError, gets};
 use crate::journal::{AppendError, JournalLeaseLostError, OpenJournalError};
 use crate::keys::Namespace;
@@ -70,13 +71,11 @@ pub(crate) async fn open(
             Err(OpenJournalError::Fenced(_)) => {
                 tracing::debug!(session = %ownership.session_id(), "the tip seen at acquisition moved; reading it");
             }
-            opened => return opened.map(|fenced| fenced.into_journal(context, ownership)),
+            opened => return opened,
         }
     }
     let seen = read_tip(&context, &ownership).await?;
-    fence_at(&context, &ownership, seen)
-        .await
-        .map(|fenced| fenced.into_journal(context, ownership))
+    fence_at(&context, &ownership, seen).await
 }
 
 /// Reads the owner key and the tip; fenced unless the owner key still has the lease's epoch.
@@ -101,57 +100,50 @@ fn fenced(ownership: &Ownership) -> OpenJournalError {
     })
 }
 
-/// A committed fence: the next sequence number and the tip's `mod_revision`.
-struct Fenced {
-    next_seq: u64,
-    revision: i64,
-}
-
-impl Fenced {
-    fn into_journal(self, context: Arc<JournalContext>, ownership: Ownership) -> Journal {
-        Journal::new(context, ownership, self.next_seq, self.revision)
-    }
-}
-
-/// Appends the fence after `seen`.
+/// Appends the fence after `seen` through the store's append queue (the fences of journals
+/// being opened together share transactions, as appends do); the journal is open after it.
 async fn fence_at(
-    context: &JournalContext,
+    context: &Arc<JournalContext>,
     ownership: &Ownership,
     seen: SeenTip,
-) -> Result<Fenced, OpenJournalError> {
+) -> Result<Journal, OpenJournalError> {
     let (session, epoch) = (ownership.session_id(), ownership.epoch());
-    let (previous, tip_mod_revision) = (seen.tip, seen.mod_revision);
-    let seq = fence_seq(previous)?;
-    let nonce = Uuid::new_v4();
-    let fence = AppendTxn::build(
-        &context.namespace,
-        ownership,
+    let seq = fence_seq(seen.tip)?;
+    let writer = Writer::new(
+        ownership.clone(),
+        context.namespace.clone(),
         seq,
-        nonce,
-        vec![encode_fence(seq, epoch, nonce, previous)],
-        encode_tip(&Tip { seq, epoch, nonce }),
-        tip_mod_revision,
+        seen.mod_revision,
     );
-    let sent = fence
-        .send(
-            &context.connection,
-            &context.policy,
-            ownership,
-            &context.stop,
-        )
-        .await;
-    match sent {
-        Sent::Committed { revision, .. } => {
+    let answer = context.batcher.fence(&writer, seen.tip).await;
+    match answer.result {
+        Ok(_) => {
             tracing::info!(%session, %epoch, seq, "journal fenced and open");
-            Ok(Fenced {
-                // `fence_seq` leaves room for it: this never saturates.
-                next_seq: seq.saturating_add(1),
-                revision,
-            })
+            Ok(Journal::with_writer(
+                context.clone(),
+                ownership.clone(),
+                writer,
+            ))
         }
-        Sent::Fenced { .. } => Err(fenced(ownership)),
-        Sent::Unknown(error) => Err(OpenJournalError::OutcomeUnknown(error)),
-        Sent::Failed(error) => Err(OpenJournalError::Etcd(error)),
+        Err(JournalWriteError::Fenced(_)) => Err(fenced(ownership)),
+        Err(JournalWriteError::LeaseLost(lost)) => Err(OpenJournalError::LeaseLost(lost)),
+        Err(JournalWriteError::OutcomeUnknown(error)) => {
+            Err(OpenJournalError::OutcomeUnknown(error))
+        }
+        Err(JournalWriteError::Etcd(error)) => Err(OpenJournalError::Etcd(error)),
+        Err(JournalWriteError::SequenceExhausted { seq }) => {
+            Err(OpenJournalError::SequenceExhausted { seq })
+        }
+        // Its transaction went away unsettled: the store is shutting down under it.
+        Err(JournalWriteError::Indeterminate | JournalWriteError::Closed) => Err(
+            OpenJournalError::OutcomeUnknown(EtcdError::stopped("open journal")),
+        ),
+        // A fence is one record, far within every limit.
+        Err(
+            error @ (JournalWriteError::Empty
+            | JournalWriteError::TooManyRecords { .. }
+            | JournalWriteError::TooLarge { .. }),
+        ) => unreachable!("a fence is refused as no fence can be: {error}"),
     }
 }
 
@@ -192,8 +184,10 @@ pub(super) async fn owner_and_tip(
 
 #[cfg(test)]
 mod tests {
+    use uuid::Uuid;
+
     use super::*;
-    use crate::journal::record::decode_tip;
+    use crate::journal::record::{encode_fence, fence_len};
     use crate::lease::Epoch;
 
     proptest::proptest! {
@@ -232,5 +226,18 @@ mod tests {
             fence_seq(tip(u64::MAX)),
             Err(OpenJournalError::SequenceExhausted { seq: u64::MAX })
         ));
+    }
+
+    #[test]
+    fn a_fence_is_as_long_as_the_queue_counts_it() {
+        let tip = Tip {
+            seq: 7,
+            epoch: Epoch(3),
+            nonce: Uuid::new_v4(),
+        };
+        for previous in [None, Some(tip)] {
+            let fence = encode_fence(8, Epoch(9), Uuid::new_v4(), previous);
+            assert_eq!(fence.len(), fence_len(previous.as_ref()));
+        }
     }
 }

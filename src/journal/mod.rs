@@ -197,18 +197,12 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
-    pub(crate) fn new(
+    /// The journal whose fence `writer` committed.
+    pub(crate) fn with_writer(
         context: Arc<JournalContext>,
         ownership: Ownership,
-        next_seq: u64,
-        tip_mod_revision: i64,
+        writer: Arc<Writer>,
     ) -> Self {
-        let writer = Writer::new(
-            ownership.clone(),
-            context.namespace.clone(),
-            next_seq,
-            tip_mod_revision,
-        );
         Self {
             context,
             ownership,

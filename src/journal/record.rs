@@ -215,6 +215,12 @@ pub(crate) fn encode_tip(tip: &Tip) -> Vec<u8> {
     out
 }
 
+/// The length of [`encode_fence`]'s value after `previous`, without encoding it.
+pub(crate) fn fence_len(previous: Option<&Tip>) -> usize {
+    // The header, a byte saying whether a tip follows, and the tip's body (no version byte).
+    RECORD_HEADER + 1 + previous.map_or(0, |_| TIP_LEN - 1)
+}
+
 fn put_tip_body(out: &mut Vec<u8>, tip: &Tip) {
     out.extend_from_slice(&tip.seq.to_be_bytes());
     out.extend_from_slice(&tip.epoch.get().to_be_bytes());

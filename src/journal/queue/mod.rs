@@ -42,7 +42,7 @@ use super::{AppendError, Appended, JournalLeaseLostError, JournalLimits, Journal
 use crate::etcd::Connection;
 use crate::etcd::write::WritePolicy;
 use crate::keys::Namespace;
-use crate::lease::Ownership;
+use crate::lease::{Epoch, Ownership};
 use crate::metrics::Metrics;
 
 /// The compares of one append: the tip, the owner key, the first record.
@@ -78,10 +78,54 @@ impl Answer {
     }
 }
 
-/// A call waiting for a transaction: its payloads, and where its answer goes.
+/// A call waiting for a transaction: its records, and where its answer goes.
 struct Call {
-    payloads: Vec<Vec<u8>>,
+    records: Records,
     reply: oneshot::Sender<Answer>,
+}
+
+/// What a call appends.
+enum Records {
+    /// One event per payload.
+    Events(Vec<Vec<u8>>),
+    /// The journal's fence after the tip it names (`None`: no records yet): the first append
+    /// of a journal being opened, alone in its journal's append.
+    Fence(Option<Tip>),
+}
+
+impl Records {
+    fn len(&self) -> usize {
+        match self {
+            Self::Events(payloads) => payloads.len(),
+            Self::Fence(_) => 1,
+        }
+    }
+
+    fn is_fence(&self) -> bool {
+        matches!(self, Self::Fence(_))
+    }
+
+    /// The length of each record's encoded value.
+    fn value_lens(&self) -> impl Iterator<Item = usize> + '_ {
+        let (events, fence) = match self {
+            Self::Events(payloads) => (payloads.as_slice(), None),
+            Self::Fence(previous) => ([].as_slice(), Some(record::fence_len(previous.as_ref()))),
+        };
+        let events = events.iter().map(|p| record::RECORD_HEADER + p.len());
+        events.chain(fence)
+    }
+
+    /// The encoded values, from `first_seq` on, written with `nonce` at `epoch`.
+    fn encode(&self, first_seq: u64, epoch: Epoch, nonce: Uuid) -> Vec<Vec<u8>> {
+        match self {
+            Self::Events(payloads) => payloads
+                .iter()
+                .zip(first_seq..)
+                .map(|(payload, seq)| record::encode_event(seq, epoch, nonce, payload))
+                .collect(),
+            Self::Fence(previous) => vec![record::encode_fence(first_seq, epoch, nonce, *previous)],
+        }
+    }
 }
 
 /// Where a joining call found its journal.
@@ -166,16 +210,18 @@ impl Writer {
 
     /// The encoded size the limits are checked against, for an append of these payloads.
     pub(crate) fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
-        let (key, tip) = self.key_lengths;
-        append_size(
-            key,
-            tip,
-            self.ownership.owner_key().len(),
+        self.size_of(
             payloads
                 .iter()
                 .map(|p| record::RECORD_HEADER + p.as_ref().len()),
-            record::TIP_LEN,
         )
+    }
+
+    /// The encoded size of an append of records whose values have these lengths.
+    fn size_of(&self, value_lens: impl IntoIterator<Item = usize>) -> usize {
+        let (key, tip) = self.key_lengths;
+        let owner = self.ownership.owner_key().len();
+        append_size(key, tip, owner, value_lens, record::TIP_LEN)
     }
 
     pub(crate) fn is_broken(&self) -> bool {
@@ -229,19 +275,23 @@ impl Writer {
     }
 
     /// How many of the waiting calls, from the front, the next append takes (in arrival order,
-    /// within the journal's limits), with their records and encoded size. Calls whose callers
-    /// went away are withdrawn first. Each call fits alone (checked when it was made).
+    /// within the journal's limits; a fence alone), with their records and encoded size. Calls
+    /// whose callers went away are withdrawn first. Each call fits alone (checked when it was
+    /// made).
     fn coalesce(&self, state: &mut State, limits: &JournalLimits) -> (usize, usize, usize) {
         state.waiting.retain(|call| !call.reply.is_closed());
         // The size is the fixed part plus each record's: sum the calls' record parts.
-        let fixed = self.encoded_size::<&[u8]>(&[]);
+        let fixed = self.size_of([]);
         let (mut calls, mut records, mut size) = (0, 0, fixed);
         for call in &state.waiting {
-            let more = call.payloads.len();
-            let bytes = self.encoded_size(&call.payloads).saturating_sub(fixed);
+            let more = call.records.len();
+            let bytes = self
+                .size_of(call.records.value_lens())
+                .saturating_sub(fixed);
             let fits = records + more <= limits.max_records()
                 && size.saturating_add(bytes) <= limits.max_bytes();
-            if calls > 0 && !fits {
+            let alone = calls > 0 && call.records.is_fence();
+            if calls > 0 && (!fits || alone) {
                 break;
             }
             (calls, records, size) = (calls + 1, records + more, size.saturating_add(bytes));
@@ -318,7 +368,7 @@ pub(crate) struct Member {
 
 impl Member {
     fn new(writer: Arc<Writer>, calls: Vec<Call>, first_seq: u64, tip_mod_revision: i64) -> Self {
-        let records = calls.iter().map(|call| call.payloads.len()).sum();
+        let records = calls.iter().map(|call| call.records.len()).sum();
         let guard = Some(writer.ownership.guard());
         let append = build(&writer, &calls, first_seq, tip_mod_revision, guard);
         Self {
@@ -335,6 +385,13 @@ impl Member {
 
     pub(super) fn ownership(&self) -> &Ownership {
         &self.writer.ownership
+    }
+
+    /// Whether it is its journal's fence.
+    pub(super) fn is_fence(&self) -> bool {
+        self.calls
+            .first()
+            .is_some_and(|call| call.records.is_fence())
     }
 
     /// Its journal's namespace.
@@ -373,7 +430,7 @@ impl Drop for Member {
     }
 }
 
-/// The append transaction of `calls`' payloads, in order, from `first_seq` under a fresh
+/// The append transaction of `calls`' records, in order, from `first_seq` under a fresh
 /// nonce. `take` checked that the last sequence number fits.
 fn build(
     writer: &Writer,
@@ -384,18 +441,19 @@ fn build(
 ) -> AppendTxn {
     let (ownership, epoch) = (&writer.ownership, writer.ownership.epoch());
     let nonce = Uuid::new_v4();
-    let payloads = calls.iter().flat_map(|call| &call.payloads);
-    let values: Vec<Vec<u8>> = payloads
-        .zip(first_seq..)
-        .map(|(payload, seq)| record::encode_event(seq, epoch, nonce, payload))
-        .collect();
+    let mut values = Vec::new();
+    for call in calls {
+        // Within the append's range: never saturates.
+        let seq = first_seq.saturating_add(values.len() as u64);
+        values.extend(call.records.encode(seq, epoch, nonce));
+    }
     let last_seq = first_seq.saturating_add(values.len() as u64 - 1);
     let tip = encode_tip(&Tip {
         seq: last_seq,
         epoch,
         nonce,
     });
-    let append = AppendTxn::build_guarded(
+    let append = AppendTxn::build(
         &writer.namespace,
         ownership,
         guard,
@@ -407,7 +465,7 @@ fn build(
     );
     debug_assert_eq!(
         append.size,
-        writer.encoded_size(&calls.iter().flat_map(|c| &c.payloads).collect::<Vec<_>>())
+        writer.size_of(calls.iter().flat_map(|call| call.records.value_lens()))
     );
     append
 }
@@ -491,8 +549,24 @@ impl Batcher {
         writer: &Arc<Writer>,
         payloads: Vec<Vec<u8>>,
     ) -> Answer {
+        self.call(writer, Records::Events(payloads)).await
+    }
+
+    /// Queues `writer`'s fence after `previous`, the first append of a journal being opened
+    /// (`writer` made for it, nothing else queued), and waits for its answer. Fences of many
+    /// journals being opened share transactions as appends do; a fence is as its journal's
+    /// appends are: the same compares, the same outcomes.
+    pub(crate) async fn fence(
+        self: &Arc<Self>,
+        writer: &Arc<Writer>,
+        previous: Option<Tip>,
+    ) -> Answer {
+        self.call(writer, Records::Fence(previous)).await
+    }
+
+    async fn call(self: &Arc<Self>, writer: &Arc<Writer>, records: Records) -> Answer {
         let (reply, answer) = oneshot::channel();
-        match self.join(writer, Call { payloads, reply }) {
+        match self.join(writer, Call { records, reply }) {
             Err(refused) => return Answer::refused(refused),
             // Whoever listed the journal, or the transaction it is in, pumps after this.
             Ok(Joined::Behind) => {}
@@ -616,7 +690,7 @@ impl Batcher {
 
     /// Sends the transaction of `members` and tells each journal and call what it came to.
     async fn send(&self, mut members: Vec<Member>) {
-        for member in &members {
+        for member in members.iter().filter(|member| !member.is_fence()) {
             self.metrics.batch(member.records);
         }
         let sent = self.sent(&mut members).await;
@@ -657,7 +731,7 @@ impl Batcher {
         let mut first_seq = member.first_seq;
         for call in member.calls.drain(..) {
             // Inside the transaction's range: these never saturate.
-            let last_seq = first_seq.saturating_add(call.payloads.len() as u64 - 1);
+            let last_seq = first_seq.saturating_add(call.records.len() as u64 - 1);
             let place = (first_seq, last_seq);
             first_seq = last_seq.saturating_add(1);
             let result = result.clone().map(|appended| Appended {

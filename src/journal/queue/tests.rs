@@ -37,7 +37,15 @@ fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
 fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Receiver<Answer> {
     let (reply, answer) = oneshot::channel();
     let payloads = vec![b"event".to_vec(); records];
-    batcher.join(writer, Call { payloads, reply }).unwrap();
+    batcher
+        .join(
+            writer,
+            Call {
+                records: Records::Events(payloads),
+                reply,
+            },
+        )
+        .unwrap();
     answer
 }
 
@@ -47,7 +55,15 @@ fn join_one(batcher: &Batcher, writer: &Arc<Writer>) -> (Joined, oneshot::Receiv
     let (reply, answer) = oneshot::channel();
     let payloads = vec![b"event".to_vec()];
     (
-        batcher.join(writer, Call { payloads, reply }).unwrap(),
+        batcher
+            .join(
+                writer,
+                Call {
+                    records: Records::Events(payloads),
+                    reply,
+                },
+            )
+            .unwrap(),
         answer,
     )
 }
@@ -56,7 +72,15 @@ fn join_one(batcher: &Batcher, writer: &Arc<Writer>) -> (Joined, oneshot::Receiv
 fn join_now(batcher: &Batcher, writer: &Arc<Writer>) -> Result<(), JournalWriteError> {
     let (reply, _answer) = oneshot::channel();
     let payloads = vec![b"e".to_vec()];
-    batcher.join(writer, Call { payloads, reply }).map(|_| ())
+    batcher
+        .join(
+            writer,
+            Call {
+                records: Records::Events(payloads),
+                reply,
+            },
+        )
+        .map(|_| ())
 }
 
 fn sessions(members: &[Member]) -> Vec<u128> {
