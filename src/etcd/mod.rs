@@ -7,6 +7,8 @@
 //!   the status a member answers with ([`MemberStatus`], [`MINIMUM_ETCD`]).
 //! - `connection`: [`Connection`], one client per endpoint, failover, bounded attempts.
 //! - `write`: the one write path (send, re-send byte-identical, resolve by reading).
+//! - `shared`: independent writes that share transactions, each a transaction of its own
+//!   within one (acquisitions, workspace roots, guarded deletes).
 //! - `error`: [`EtcdError`] and what a failure means for its request ([`FailureClass`]).
 //! - `txn`: the guarded delete, and the gets of a reply.
 //! - `scrape`: [`etcd_metric`], one metric a member serves.
@@ -17,6 +19,7 @@ pub(crate) mod error;
 mod options;
 mod range;
 mod scrape;
+pub(crate) mod shared;
 mod txn;
 pub(crate) mod write;
 

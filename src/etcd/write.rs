@@ -2,7 +2,8 @@
 //! unknown, then resolve what stays unknown by reading.
 //!
 //! Every write leasehold makes (acquire, fence, append, workspace root, guarded deletes) goes
-//! through [`send`], with one policy:
+//! through [`send`], alone or in a transaction shared with others (the append queue's,
+//! `etcd::shared`'s), with one policy:
 //!
 //! - The first attempt goes to the preferred endpoint and is bounded by a short timeout
 //!   ([`WritePolicy::attempt_timeout`], 1 s by default): etcd's own server-side timeout is
@@ -256,6 +257,15 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
+    /// `response`, a part of this reply (one operation of a shared transaction), read as this
+    /// reply is.
+    pub(crate) fn part(&self, response: TxnResponse) -> Self {
+        Self {
+            response,
+            before: self.before,
+        }
+    }
+
     /// Whether an earlier send may have applied (its outcome was unknown).
     pub(crate) fn after_unknown(&self) -> bool {
         self.before == Sends::MaybeApplied

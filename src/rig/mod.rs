@@ -32,7 +32,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::etcd::write::{self, Written};
+use crate::etcd::write::Written;
 use crate::etcd::{Delete, EtcdError, gets};
 use crate::journal::{Journal, OpenJournalError};
 use crate::lease::{Epoch, Lease, Lost, Ownership, ReleaseError};
@@ -280,17 +280,15 @@ async fn take_workspace(
         )])
         .or_else([TxnOp::get(key, None)]);
     let resolve = Txn::new().and_then([TxnOp::get(key, None)]);
-    let shared = store.shared();
-    let written = write::send(
-        &shared.connection,
-        &shared.write,
-        "workspace root",
-        &txn,
-        Some(&resolve),
-        || lease.is_valid(),
-        &shared.shutdown,
-    )
-    .await;
+    // Shared with the store's other lifecycle writes ready at once (see `etcd::shared`).
+    let ownership = lease.ownership();
+    let written = store
+        .shared()
+        .shared_writes
+        .send("workspace root", key, txn, Some(resolve), move || {
+            ownership.is_valid()
+        })
+        .await;
     let held = |holder: KeyValue| {
         if holder.value() == value.as_bytes() {
             Ok(holder.create_revision())

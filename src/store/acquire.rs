@@ -3,8 +3,11 @@
 //! One transaction: `if create_revision(owner) == 0 && create_revision(move) == 0 then put(owner,
 //! value, lease = node lease), get(tip) else get(owner), get(move)`, sent through the crate's one
 //! write path and re-sent while the node lease is valid (`move` is the session's move key,
-//! `{ns}/moves/{session}`, which exists only while [`Admin::move_session`] moves it). What it
-//! came to:
+//! `{ns}/moves/{session}`, which exists only while [`Admin::move_session`] moves it). The
+//! acquisitions (and workspace roots and guarded deletes) a store has ready at once share an
+//! etcd transaction, each as an operation of its own with its own compares (`etcd::shared`):
+//! sessions acquired together may have one epoch, which is still each one's owner key's
+//! `create_revision`, greater than every earlier epoch of that session. What it came to:
 //!
 //! - applied: the epoch is the reply's revision (the key's `create_revision`), and the tip read
 //!   in the same transaction is kept for the journal's open, which fences at it without
@@ -35,7 +38,7 @@ use uuid::Uuid;
 
 use super::owner_value::OwnerValue;
 use super::{MoveValue, StoreShared};
-use crate::etcd::write::{self, Written};
+use crate::etcd::write::Written;
 use crate::etcd::{EtcdError, gets};
 use crate::lease::{Epoch, Lease, LeaseState, LossReason, NodeLease};
 use crate::metrics::Put;
@@ -208,16 +211,13 @@ impl StoreShared {
             TxnOp::get(move_key.as_str(), None),
         ]);
         let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
-        let written = write::send(
-            &self.connection,
-            &self.write,
-            "acquire",
-            &txn,
-            Some(&resolve),
-            || node.is_valid(),
-            &self.shutdown,
-        )
-        .await;
+        // Shared with the store's other acquisitions and lifecycle writes ready at once, each
+        // with its own compares (see `etcd::shared`).
+        let node = node.clone();
+        let written = self
+            .shared_writes
+            .send("acquire", key, txn, Some(resolve), move || node.is_valid())
+            .await;
         match &written {
             // The acquire transaction puts: etcd answered it (applied, or its compare failed),
             // which it does only while it accepts puts.

@@ -21,7 +21,7 @@ use super::StoreShared;
 use super::registry::Orphan;
 use crate::backoff::Backoff;
 use crate::deadline::deadline;
-use crate::etcd::write::{self, Written};
+use crate::etcd::write::Written;
 use crate::etcd::{Delete, EtcdError, FailureClass};
 use crate::lease::{LeaseState, NodeLease, ReleaseError, Releaser};
 
@@ -92,16 +92,17 @@ async fn perform(shared: Arc<StoreShared>, job: Cleanup) {
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX).with_jitter();
     let mut deletes = job.deletes.iter().peekable();
     while let Some(delete) = deletes.peek() {
-        let written = write::send(
-            &shared.connection,
-            &shared.write,
-            "cleanup",
-            &delete.txn(),
-            None,
-            alive,
-            &shared.shutdown,
-        )
-        .await;
+        let node = job.node.clone();
+        let written = shared
+            .shared_writes
+            .send(
+                "cleanup",
+                delete.key.as_str(),
+                delete.txn(),
+                None,
+                move || !node.is_lost(),
+            )
+            .await;
         let key = &delete.key;
         let (error, retry) = match written {
             Written::Replied(response) => {
@@ -149,22 +150,25 @@ impl StoreShared {
         &self,
         key: &str,
         create_revision: i64,
-        node: &NodeLease,
+        node: &Arc<NodeLease>,
     ) -> Result<bool, EtcdError> {
         let txn = Delete::created_at(key, create_revision).txn();
         let until = deadline(Instant::now(), self.request_timeout);
-        let go_on = || !node.is_lost() && Instant::now() < until;
-        match write::send(
-            &self.connection,
-            &self.write,
-            "guarded delete",
-            &txn,
-            None,
-            go_on,
-            &self.shutdown,
-        )
-        .await
-        {
+        let node = node.clone();
+        let go_on = move || !node.is_lost() && Instant::now() < until;
+        let sent = self
+            .shared_writes
+            .send("guarded delete", key, txn, None, go_on);
+        // A transaction shared with writes whose condition holds longer is re-sent longer: this
+        // caller waits no longer than it would alone, and leaves the rest to the background.
+        let bound = deadline(until, self.write.attempt_timeout);
+        let written = tokio::time::timeout_at(bound, sent)
+            .await
+            .unwrap_or_else(|_| {
+                let waited = self.request_timeout;
+                Written::Unknown(EtcdError::timed_out("guarded delete", "(shared)", waited))
+            });
+        match written {
             Written::Replied(response) => Ok(response.succeeded()),
             Written::Unknown(error) | Written::Failed(error) | Written::Refused { error, .. } => {
                 Err(error)

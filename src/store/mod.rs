@@ -91,6 +91,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::deadline::deadline;
+use crate::etcd::shared::{SharedParts, SharedWrites};
 use crate::etcd::write::WritePolicy;
 use crate::etcd::{ConnectOptions, Connection, EtcdError};
 use crate::journal::{
@@ -164,6 +165,8 @@ pub(crate) struct StoreShared {
     pub(crate) tasks: TaskTracker,
     /// The journals' appends share transactions through it.
     batcher: Arc<Batcher>,
+    /// Acquisitions, workspace roots and guarded deletes share transactions through it.
+    pub(crate) shared_writes: Arc<SharedWrites>,
     /// What its journals share, made at the first open.
     journal_context: std::sync::OnceLock<Arc<JournalContext>>,
     pub(crate) metrics: Metrics,
@@ -256,7 +259,18 @@ impl Store {
             #[cfg(feature = "testing")]
             hook: options.mutant.hook(),
         });
+        let shared_writes = SharedWrites::new(SharedParts {
+            connection: connection.clone(),
+            policy: write.clone(),
+            slots: options.journal.in_flight,
+            // etcd refused 127 operations of one transaction each, with --max-txn-ops 128:
+            // half the limit leaves room.
+            max_members: options.journal.max_txn_ops / 2,
+            stop: shutdown.clone(),
+            tasks: tasks.clone(),
+        });
         let shared = Arc::new(StoreShared {
+            shared_writes,
             metrics,
             span,
             connection,
