@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use leasehold::testing::{AppendHistory, FaultProxy, check_journal, etcd_metric, wait_for};
+use leasehold::testing::{AppendHistory, FaultProxy, check_journal, wait_for};
 use leasehold::{Appended, Journal, JournalLimits, JournalWriteError, Lease, Store, Uuid};
 
 /// Writers hold it for reading during each call: the test pauses them all by taking it for
@@ -583,15 +583,6 @@ async fn a_shared_outcome_too_large_to_read_at_once_is_read_member_by_member() {
         .unwrap_or_else(|violation| panic!("{violation}"));
 }
 
-/// `Txn` requests etcd has received.
-async fn txns(etcd: &common::Etcd) -> f64 {
-    let labels = ["grpc_method=\"Txn\"", "grpc_type=\"unary\""];
-    etcd_metric(etcd.node.endpoint(), "grpc_server_started_total", &labels)
-        .await
-        .expect("etcd serves /metrics")
-        .expect("etcd counts its Txn requests")
-}
-
 /// Leases on `sessions` fresh sessions, acquired one after the other.
 async fn leases(store: &Store, sessions: usize) -> Vec<Lease> {
     let mut leases = Vec::with_capacity(sessions);
@@ -619,9 +610,9 @@ async fn the_fences_of_journals_opened_together_share_transactions() {
     let store = etcd.store("a", 10).await;
     let leases = leases(&store, SESSIONS).await;
 
-    let before = txns(&etcd).await;
+    let before = common::txns(etcd.node.endpoint()).await;
     let journals = open_together(&store, &leases).await;
-    let sent = txns(&etcd).await - before;
+    let sent = common::txns(etcd.node.endpoint()).await - before;
     println!("{SESSIONS} journals opened together in {sent} etcd transactions");
     let journals: Vec<Journal> = journals
         .into_iter()

@@ -4,17 +4,7 @@
 
 mod common;
 
-use leasehold::testing::etcd_metric;
 use leasehold::{AcquireError, Lease, Store, Uuid};
-
-/// `Txn` requests etcd has received.
-async fn txns(etcd: &common::Etcd) -> f64 {
-    let labels = ["grpc_method=\"Txn\"", "grpc_type=\"unary\""];
-    etcd_metric(etcd.node.endpoint(), "grpc_server_started_total", &labels)
-        .await
-        .expect("etcd serves /metrics")
-        .expect("etcd counts its Txn requests")
-}
 
 async fn acquire_together(store: &Store, sessions: &[Uuid]) -> Vec<Result<Lease, AcquireError>> {
     let acquisitions = sessions.iter().map(|session| store.acquire_lease(*session));
@@ -33,9 +23,9 @@ async fn acquisitions_at_once_share_transactions_and_a_held_session_is_refused_a
         held_by_b.push(b.acquire_lease(*session).await.unwrap());
     }
 
-    let before = txns(&etcd).await;
+    let before = common::txns(etcd.node.endpoint()).await;
     let acquired = acquire_together(&a, &sessions).await;
-    let sent = txns(&etcd).await - before;
+    let sent = common::txns(etcd.node.endpoint()).await - before;
     println!("{SESSIONS} acquisitions at once in {sent} etcd transactions");
     for (i, (session, acquired)) in sessions.iter().zip(&acquired).enumerate() {
         match acquired {
@@ -67,9 +57,9 @@ async fn a_thousand_acquisitions_at_once_are_all_acquired() {
     let etcd = common::Etcd::start().await;
     let store = etcd.store("a", 10).await;
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let before = txns(&etcd).await;
+    let before = common::txns(etcd.node.endpoint()).await;
     let acquired = acquire_together(&store, &sessions).await;
-    let sent = txns(&etcd).await - before;
+    let sent = common::txns(etcd.node.endpoint()).await - before;
     println!("{SESSIONS} acquisitions at once in {sent} etcd transactions");
     for (session, acquired) in sessions.iter().zip(acquired) {
         let lease = acquired.unwrap_or_else(|error| panic!("{session}: {error:?}"));

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::resets::ResetLimits;
-use leasehold::testing::{EtcdNode, FaultProxy, etcd_metric, random_namespace, wait_for};
+use leasehold::testing::{EtcdNode, FaultProxy, random_namespace, wait_for};
 use leasehold::{CancellationToken, HostEvent, HostOptions, Rig, SessionHost, Store, StoreOptions};
 use tokio::sync::{broadcast, watch};
 use tokio::time::{Instant, sleep};
@@ -67,15 +67,6 @@ async fn append_each_round(
             }
         };
     }
-}
-
-/// `Txn` requests etcd has received.
-async fn txns(endpoint: &str) -> f64 {
-    let labels = ["grpc_method=\"Txn\"", "grpc_type=\"unary\""];
-    etcd_metric(endpoint, "grpc_server_started_total", &labels)
-        .await
-        .expect("etcd serves /metrics")
-        .expect("etcd counts its Txn requests")
 }
 
 /// Counts the host's events that say a session failed: failed opens, sessions given up, and
@@ -126,7 +117,7 @@ async fn twenty_thousand_hosted_sessions_are_owned_through_late_replies_and_a_co
         .with_ttl(TTL, Duration::from_secs(1));
     let store = Arc::new(Store::connect(options).await.expect("store connects"));
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let txns_before = txns(etcd.endpoint()).await;
+    let txns_before = common::txns(etcd.endpoint()).await;
     let (round, rounds) = watch::channel(0);
     let tally = Arc::new(Tally::default());
 
@@ -152,7 +143,7 @@ async fn twenty_thousand_hosted_sessions_are_owned_through_late_replies_and_a_co
     })
     .await;
     let owned_after = started.elapsed();
-    let txns_per_session = (txns(etcd.endpoint()).await - txns_before) / SESSIONS as f64;
+    let txns_per_session = (common::txns(etcd.endpoint()).await - txns_before) / SESSIONS as f64;
     let failed = |i: usize| failures[i].load(Ordering::SeqCst);
     println!(
         "{} of {SESSIONS} owned after {owned_after:?}; {txns_per_session:.2} txns per session; \

@@ -5,8 +5,9 @@
 //! Every job is bounded: it ends when its deletes are confirmed, when the node lease its keys
 //! are attached to is lost (its end deletes them), when the store shuts down, or at a
 //! permanent failure. Any other failure (an outage longer than the write's deadline, a
-//! NOSPACE refusal, an unknown outcome) sends the same guarded delete again after a pause. A job is queued at most once at a time (see
-//! `StoreShared::delete_in_background`).
+//! NOSPACE refusal, an unknown outcome) sends the same guarded delete again after a pause. A
+//! job is queued at most once at a time (see `StoreShared::delete_in_background`). The deletes
+//! share etcd transactions with the store's other lifecycle writes (`etcd::shared`).
 
 use std::future::Future;
 use std::pin::Pin;

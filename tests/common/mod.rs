@@ -20,6 +20,15 @@ pub(crate) async fn store(
     Store::connect(options).await.expect("store connects")
 }
 
+/// The `Txn` requests the member at `endpoint` has received (from its own counters).
+pub(crate) async fn txns(endpoint: &str) -> f64 {
+    let labels = ["grpc_method=\"Txn\"", "grpc_type=\"unary\""];
+    leasehold::testing::etcd_metric(endpoint, "grpc_server_started_total", &labels)
+        .await
+        .expect("etcd serves /metrics")
+        .expect("etcd counts its Txn requests")
+}
+
 /// A raw etcd client, to inspect and tamper with keys from outside.
 pub(crate) async fn raw(endpoint: &str) -> etcd_client::Client {
     etcd_client::Client::connect([endpoint], None)
