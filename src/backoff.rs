@@ -91,6 +91,17 @@ impl Iterator for Backoff {
 
 /// `pause` plus, at random, up to as much again (saturating): `backon`'s jitter, which adds
 /// to its first pause a uniformly drawn fraction of it.
+/// The pause after `failures` failures in a row (1 or more) of a [`Backoff`] from `initial`
+/// doubling up to `max`, jittered if asked: what that many calls of [`Backoff::next`] give
+/// last, with no state kept between failures but their count.
+pub(crate) fn nth(initial: Duration, max: Duration, failures: u32, jitter: bool) -> Duration {
+    let doublings = failures.saturating_sub(1);
+    let nominal = initial
+        .saturating_mul(2u32.saturating_pow(doublings))
+        .min(max.max(initial));
+    if jitter { jittered(nominal) } else { nominal }
+}
+
 fn jittered(pause: Duration) -> Duration {
     ExponentialBuilder::new()
         .with_min_delay(pause)
@@ -111,6 +122,21 @@ mod tests {
 
     fn pauses(backoff: &mut Backoff, n: usize) -> Vec<Duration> {
         (0..n).map(|_| backoff.next()).collect()
+    }
+
+    #[test]
+    fn nth_is_what_as_many_calls_of_next_give_last() {
+        for (initial, max) in [(ms(100), ms(2000)), (ms(50), ms(1000)), (ms(7), ms(3))] {
+            let mut backoff = Backoff::new(initial, max);
+            for failures in 1..=40 {
+                assert_eq!(
+                    nth(initial, max, failures, false),
+                    backoff.next(),
+                    "{initial:?} {max:?}, failure {failures}"
+                );
+            }
+        }
+        assert_eq!(nth(Duration::MAX, Duration::MAX, 64, false), Duration::MAX);
     }
 
     #[test]

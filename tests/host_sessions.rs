@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::testing::wait_for;
-use leasehold::{CancellationToken, HostOptions, Rig, SessionHost, Uuid};
+use leasehold::{
+    CancellationToken, GiveUp, HostEvent, HostOptions, LossReason, Rig, SessionHost, Uuid,
+};
 
 async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
     stop.cancelled().await;
@@ -128,4 +130,47 @@ async fn work_that_ignores_its_token_is_aborted_after_the_grace_period() {
         .expect("shutdown is bounded by the grace period");
     println!("shutdown took {:?}", started.elapsed());
     assert_eq!(owned(&etcd).await, 0, "released in order all the same");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_lost_from_outside_is_given_up_as_lost_and_owned_again() {
+    let etcd = common::Etcd::start().await;
+    let store = Arc::new(etcd.store("a", 10).await);
+    let session = Uuid::new_v4();
+    // Work that only waits for its token: the loss must cancel it.
+    let host = SessionHost::start(
+        store,
+        HostOptions::default().with_settle(Duration::ZERO),
+        [session],
+        idle,
+    );
+    let mut events = host.events();
+    let HostEvent::Acquired { epoch: first, .. } = next(&mut events).await else {
+        panic!("expected the session acquired");
+    };
+    etcd.raw
+        .clone()
+        .delete(etcd.ns.owner_key(session), None)
+        .await
+        .unwrap();
+    match next(&mut events).await {
+        HostEvent::GaveUp { why, epoch, .. } => {
+            assert_eq!(why, GiveUp::Lost(LossReason::Revoked));
+            assert_eq!(epoch, first);
+        }
+        other => panic!("expected the session given up, got {other:?}"),
+    }
+    match next(&mut events).await {
+        HostEvent::Acquired { epoch, .. } => assert!(epoch > first),
+        other => panic!("expected the session acquired again, got {other:?}"),
+    }
+    host.shutdown().await;
+}
+
+/// The host's next event, within 5 s.
+async fn next(events: &mut leasehold::HostEvents) -> HostEvent {
+    tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("an event within 5 s")
+        .expect("the host lives")
 }

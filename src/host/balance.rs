@@ -156,10 +156,10 @@ impl Inner {
         let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
         let (moved, others): (Vec<_>, Vec<_>) = owned
             .values()
-            .filter(|owned| !owned.shed.is_cancelled())
+            .filter(|owned| !owned.is_shed())
             .partition(|owned| owned.moved_here);
         for owned in others.into_iter().chain(moved).take(excess) {
-            owned.shed.cancel();
+            owned.shed(None);
         }
     }
 }

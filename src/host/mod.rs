@@ -246,14 +246,31 @@ struct Inner {
     tasks: TaskTracker,
 }
 
-/// An owned session: its rig, and the token that sheds it.
+/// An owned session: its rig, and its work's token, which gives it up once cancelled.
 struct Owned {
     rig: Arc<Rig>,
-    shed: CancellationToken,
-    /// Set before `shed` is cancelled when the session is given up to a move's target.
+    token: CancellationToken,
+    /// Set before `token` is cancelled when the session is shed.
+    shed: std::sync::atomic::AtomicBool,
+    /// Set before `shed` when the session is given up to a move's target.
     moved_to: std::sync::OnceLock<Uuid>,
     /// Acquired through a move: shed only once no other session is left to shed.
     moved_here: bool,
+}
+
+impl Owned {
+    fn is_shed(&self) -> bool {
+        self.shed.load(Ordering::Acquire)
+    }
+
+    /// Gives the session up to another host (to `target`, for a move).
+    fn shed(&self, target: Option<Uuid>) {
+        if let Some(target) = target {
+            let _ = self.moved_to.set(target);
+        }
+        self.shed.store(true, Ordering::Release);
+        self.token.cancel();
+    }
 }
 
 impl Inner {

@@ -213,11 +213,10 @@ impl Inner {
     /// Gives `session` up in order if this host holds it: it moves to `target`.
     fn hand_over(&self, session: Uuid, target: Uuid) {
         if let Some(owned) = lock(&self.owned).get(&session)
-            && !owned.shed.is_cancelled()
+            && !owned.is_shed()
         {
             tracing::info!(%session, %target, "handing a session over to its move's target");
-            let _ = owned.moved_to.set(target);
-            owned.shed.cancel();
+            owned.shed(Some(target));
         }
     }
 

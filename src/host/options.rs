@@ -146,7 +146,8 @@ pub enum GiveUp {
     /// The journal broke (fenced, or an append's outcome could not be settled; also when the
     /// work returned because it saw the journal break).
     JournalBroken,
-    /// The user's work returned on its own, its lease valid and its journal sound.
+    /// The user's work returned on its own (or cancelled the token it was given), its lease
+    /// valid and its journal sound.
     WorkDone,
     /// The host is over its share and handed the session over.
     Shed,

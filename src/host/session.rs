@@ -1,6 +1,7 @@
 //! One session's task: stand by, acquire, open the rig, run the user's work, give up in order,
 //! back off and quarantine a session that cannot be opened (see the [module docs](super)).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{GiveUp, HostEvent, HostOptions, Inner, Owned, lock};
-use crate::backoff::Backoff;
+use crate::backoff;
 use crate::metrics::Metrics;
 use crate::rig::Rig;
 use crate::store::Standby;
@@ -28,17 +29,31 @@ pub(super) const OPENING_AT_ONCE: usize = 512;
 /// The task lives as long as the session is hosted here, and a future is as large as its
 /// largest step; so the steps that run once per ownership (waiting for a slot, acquiring,
 /// opening: several KiB) are boxed while they run, and what stays is the running session's
-/// state.
-pub(super) async fn host_session(inner: Arc<Inner>, session: Uuid, stop: CancellationToken) {
-    let mut idle = Idle {
-        standby: inner.store.standby(session),
-        cap: inner.cap.subscribe(),
-        failures: OpenFailures::new(&inner.options, inner.store.shared().metrics.clone()),
-        freed_elsewhere: false,
-    };
-    while let Some((rig, moved_here)) = Box::pin(idle.open(&inner, session, &stop)).await {
-        run(&inner, Arc::new(rig), moved_here, &stop).await;
-        inner.unreserve();
+/// state (about 300 bytes). Not an `async fn`: an `async` block's captures are its state as
+/// they are, where an `async fn` would keep its arguments twice.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice in its state"
+)]
+pub(super) fn host_session(
+    inner: Arc<Inner>,
+    session: Uuid,
+    stop: CancellationToken,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let mut idle = Idle {
+            standby: inner.store.standby(session),
+            cap: inner.cap.subscribe(),
+            failures: OpenFailures::new(inner.store.shared().metrics.clone()),
+            freed_elsewhere: false,
+        };
+        loop {
+            let Some((rig, moved_here)) = Box::pin(idle.open(&inner, session, &stop)).await else {
+                return;
+            };
+            run(&inner, rig, moved_here, &stop).await;
+            inner.unreserve();
+        }
     }
 }
 
@@ -60,7 +75,7 @@ impl Idle {
         inner: &Inner,
         session: Uuid,
         stop: &CancellationToken,
-    ) -> Option<(Rig, bool)> {
+    ) -> Option<(Arc<Rig>, bool)> {
         let Self {
             standby,
             cap,
@@ -165,7 +180,7 @@ impl Idle {
                     if failures.opened() {
                         tracing::info!(%session, "quarantined session opened again");
                     }
-                    return Some((rig, moved.is_some()));
+                    return Some((Arc::new(rig), moved.is_some()));
                 }
                 Err(error) => Arc::new(error),
             };
@@ -173,7 +188,7 @@ impl Idle {
                 session,
                 error: error.clone(),
             });
-            let (pause, quarantined) = failures.failed();
+            let (pause, quarantined) = failures.failed(&inner.options);
             if quarantined {
                 let (failures, why) = (failures.count, crate::etcd::chain(&*error));
                 tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
@@ -205,22 +220,20 @@ async fn stand_by(standby: &Standby, inner: &Inner, stop: &CancellationToken) ->
     }
 }
 
-/// A session's failed opens in a row, the pause before its next attempt (a jittered
-/// [`Backoff`] from [`HostOptions::retry_pause`] doubling up to [`HostOptions::max_retry_pause`],
-/// reset when the session opens) and its quarantine, which the store's metrics count while it
-/// lasts.
+/// A session's failed opens in a row, the pause before its next attempt (a jittered backoff
+/// from [`HostOptions::retry_pause`] doubling up to [`HostOptions::max_retry_pause`], reset when
+/// the session opens: computed from the count, so that a session keeps no backoff state) and
+/// its quarantine, which the store's metrics count while it lasts.
 struct OpenFailures {
     count: u32,
-    backoff: Backoff,
     metrics: Metrics,
     quarantined: bool,
 }
 
 impl OpenFailures {
-    fn new(options: &HostOptions, metrics: Metrics) -> Self {
+    fn new(metrics: Metrics) -> Self {
         Self {
             count: 0,
-            backoff: Backoff::new(options.retry_pause, options.max_retry_pause).with_jitter(),
             metrics,
             quarantined: false,
         }
@@ -228,9 +241,10 @@ impl OpenFailures {
 
     /// One more failure: the pause before the next attempt, and whether the session was
     /// quarantined now or is still (a warning each time).
-    fn failed(&mut self) -> (Duration, bool) {
+    fn failed(&mut self, options: &HostOptions) -> (Duration, bool) {
         self.count = self.count.saturating_add(1);
-        let pause = self.backoff.next();
+        let (first, max) = (options.retry_pause, options.max_retry_pause);
+        let pause = backoff::nth(first, max, self.count, true);
         if self.count >= QUARANTINE_AFTER && !self.quarantined {
             self.quarantined = true;
             self.metrics.quarantined(1.0);
@@ -241,7 +255,6 @@ impl OpenFailures {
     /// The session opened: the count starts over. True if it was quarantined.
     fn opened(&mut self) -> bool {
         self.count = 0;
-        self.backoff.reset();
         let quarantined = std::mem::take(&mut self.quarantined);
         if quarantined {
             self.metrics.quarantined(-1.0);
@@ -261,32 +274,63 @@ impl Drop for OpenFailures {
 
 /// Runs the user's work on an owned session until it must be given up, then shuts the rig down
 /// in order.
+///
+/// One token stops the work, whatever gives the session up: the session's stop (its parent),
+/// a shed (the balance loop cancels it), a loss or the journal's breaking (hooks cancel it).
+/// Why is read off the session once it is cancelled or the work returned. So an owned session
+/// waits on one registration, not one per reason.
 async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &CancellationToken) {
     let (session, epoch) = (rig.session_id(), rig.epoch());
-    let shed = CancellationToken::new();
+    let token = stop.child_token();
+    let on_loss = token.clone();
+    rig.on_loss(move |_| on_loss.cancel());
+    let on_broken = token.clone();
+    rig.journal().on_broken(move || on_broken.cancel());
     let owned = Owned {
         rig: rig.clone(),
-        shed: shed.clone(),
+        token: token.clone(),
+        shed: std::sync::atomic::AtomicBool::new(false),
         moved_to: std::sync::OnceLock::new(),
         moved_here,
     };
     lock(&inner.owned).insert(session, owned);
     inner.emit(HostEvent::Acquired { session, epoch });
-    let token = CancellationToken::new();
     let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));
-    let why = tokio::select! {
-        // A lost lease also breaks the journal once an append finds it lost: the loss is the
-        // reason, so it is looked at first.
-        biased;
-        reason = rig.lost() => GiveUp::Lost(reason),
-        () = rig.journal().broken() => GiveUp::JournalBroken,
-        _ = shed.cancelled() => moved_to(inner, session).map_or(GiveUp::Shed, |to| GiveUp::Moved { to }),
-        _ = stop.cancelled() => GiveUp::Stopped,
-        _ = &mut work => work_done(&rig),
-    };
+    tokio::select! {
+        () = token.cancelled() => {}
+        _ = &mut work => {}
+    }
+    let why = why(inner, &rig, stop);
     token.cancel();
     // Boxed: it runs once, at the end (see `host_session`).
     Box::pin(give_up(inner, rig, work, why)).await;
+}
+
+/// Why an owned session is given up, once its token was cancelled, its journal broke or its
+/// work returned. A lost lease also breaks the journal once an append finds it lost: the loss
+/// is the reason, so it is looked at first; a lease past its deadline is about to be signalled
+/// lost, as expired. Work that returned by itself gives the session up as
+/// [`GiveUp::WorkDone`], and so does work that cancelled its own token.
+fn why(inner: &Inner, rig: &Rig, stop: &CancellationToken) -> GiveUp {
+    if let Some(reason) = rig.ownership().loss_reason() {
+        return GiveUp::Lost(reason);
+    }
+    if !rig.is_valid() {
+        return GiveUp::Lost(crate::lease::LossReason::Expired);
+    }
+    if rig.journal().is_broken() {
+        return GiveUp::JournalBroken;
+    }
+    let shed = lock(&inner.owned)
+        .get(&rig.session_id())
+        .filter(|owned| owned.is_shed())
+        .map(|owned| owned.moved_to.get().copied());
+    match shed {
+        Some(Some(to)) => GiveUp::Moved { to },
+        Some(None) => GiveUp::Shed,
+        None if stop.is_cancelled() => GiveUp::Stopped,
+        None => GiveUp::WorkDone,
+    }
 }
 
 /// Gives the session up in order: the work stops (within its grace period, or it is aborted),
@@ -318,28 +362,6 @@ async fn give_up(inner: &Inner, rig: Arc<Rig>, mut work: JoinHandle<()>, why: Gi
     });
 }
 
-/// The store `session` is given up to, if it is shed for a move.
-fn moved_to(inner: &Inner, session: Uuid) -> Option<Uuid> {
-    lock(&inner.owned)
-        .get(&session)
-        .and_then(|owned| owned.moved_to.get().copied())
-}
-
-/// Why work that returned by itself gave the session up: the loss or the broken journal it
-/// saw, if it returned because of one (work that watches [`Rig::lost`] itself returns first).
-fn work_done(rig: &Rig) -> GiveUp {
-    if let Some(reason) = rig.ownership().loss_reason() {
-        GiveUp::Lost(reason)
-    } else if !rig.is_valid() {
-        // Its validity deadline passed; the loss is about to be signalled, as expired.
-        GiveUp::Lost(crate::lease::LossReason::Expired)
-    } else if rig.journal().is_broken() {
-        GiveUp::JournalBroken
-    } else {
-        GiveUp::WorkDone
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -349,20 +371,21 @@ mod tests {
     use crate::keys::Namespace;
     use crate::metrics::Metrics;
 
-    fn failures(first: Duration, max: Duration) -> OpenFailures {
+    fn failures(first: Duration, max: Duration) -> (OpenFailures, HostOptions) {
         let options = HostOptions::default()
             .with_retry_pause(first)
             .with_max_retry_pause(max);
-        OpenFailures::new(&options, Metrics::new("n", &Namespace::new("ns").unwrap()))
+        let metrics = Metrics::new("n", &Namespace::new("ns").unwrap());
+        (OpenFailures::new(metrics), options)
     }
 
     #[test]
     fn failed_opens_back_off_to_the_cap_and_quarantine_from_the_third() {
         let (first, max) = (Duration::from_millis(100), Duration::from_secs(2));
-        let mut open = failures(first, max);
+        let (mut open, options) = failures(first, max);
         let mut nominal = first;
         for failure in 1..=12 {
-            let (pause, quarantined) = open.failed();
+            let (pause, quarantined) = open.failed(&options);
             assert!(
                 nominal <= pause && pause < nominal * 2,
                 "failure {failure}: {pause:?}, nominal {nominal:?}"
@@ -372,19 +395,19 @@ mod tests {
         }
         assert!(open.opened(), "it was quarantined");
         assert!(!open.opened());
-        let (pause, quarantined) = open.failed();
+        let (pause, quarantined) = open.failed(&options);
         assert!(pause < first * 2 && !quarantined, "it starts over");
     }
 
     #[test]
     fn huge_retry_pauses_saturate() {
-        let mut open = failures(Duration::MAX, Duration::MAX);
+        let (mut open, options) = failures(Duration::MAX, Duration::MAX);
         for _ in 0..5 {
-            assert_eq!(open.failed().0, Duration::MAX);
+            assert_eq!(open.failed(&options).0, Duration::MAX);
         }
-        let mut open = failures(Duration::from_secs(1), Duration::ZERO);
+        let (mut open, options) = failures(Duration::from_secs(1), Duration::ZERO);
         assert!(
-            open.failed().0 >= Duration::from_secs(1),
+            open.failed(&options).0 >= Duration::from_secs(1),
             "the cap is at least the first"
         );
     }

@@ -243,6 +243,11 @@ impl Journal {
         self.writer.broken().await;
     }
 
+    /// Runs `hook` once, when the journal breaks (see `Writer::on_broken`).
+    pub(crate) fn on_broken(&self, hook: impl FnOnce() + Send + 'static) {
+        self.writer.on_broken(hook);
+    }
+
     /// The encoded size the limits are checked against, for a batch of these payloads.
     pub fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
         self.writer.encoded_size(payloads)

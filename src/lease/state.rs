@@ -158,8 +158,19 @@ pub(crate) struct LeaseState {
     counting: std::sync::atomic::AtomicU8,
     /// The journal's tip key as the acquisition read it (`Some(None)`: there was none), in
     /// the transaction that created the owner key; the journal's open fences at it instead of
-    /// reading it again. Taken by the open.
-    seen_tip: std::sync::Mutex<Option<Option<KeyValue>>>,
+    /// reading it again. Taken by the open. Boxed: it lives only until the open.
+    seen_tip: std::sync::Mutex<Option<Box<Option<KeyValue>>>>,
+    /// What runs once, when the lease is lost (see [`on_loss`](Self::on_loss)).
+    on_loss: std::sync::Mutex<Option<LossHook>>,
+}
+
+/// Runs once, with the reason, when a lease is lost.
+struct LossHook(Box<dyn FnOnce(LossReason) + Send>);
+
+impl std::fmt::Debug for LossHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LossHook")
+    }
 }
 
 const COUNTED: u8 = 1;
@@ -187,6 +198,7 @@ impl LeaseState {
             metrics: std::sync::OnceLock::new(),
             counting: std::sync::atomic::AtomicU8::new(0),
             seen_tip: std::sync::Mutex::new(None),
+            on_loss: std::sync::Mutex::new(None),
         })
     }
 
@@ -206,6 +218,14 @@ impl LeaseState {
         let first = self.reason.set(reason).is_ok();
         if first {
             self.loss.notify_waiters();
+            let hook = self
+                .on_loss
+                .lock()
+                .expect("never held across a panic")
+                .take();
+            if let Some(LossHook(hook)) = hook {
+                hook(reason);
+            }
             tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
             if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
                 && let Some(metrics) = self.metrics.get()
@@ -238,9 +258,30 @@ impl LeaseState {
             .store(if opened { 2 } else { 0 }, Ordering::Release);
     }
 
+    /// Runs `hook` once, when the lease is lost (at once if it is lost already), after the
+    /// hooks added before it. It runs where the loss is recorded (the keepalive task, the
+    /// owner watch, a release), possibly under the store's registry lock: it must neither
+    /// block nor take a lock of the store's. What would otherwise be a task per lease waiting
+    /// for the loss (a rig's workspace root, a host's session) is a hook.
+    pub(crate) fn on_loss(&self, hook: impl FnOnce(LossReason) + Send + 'static) {
+        let mut slot = self.on_loss.lock().expect("never held across a panic");
+        if let Some(reason) = self.loss_reason() {
+            drop(slot);
+            hook(reason);
+            return;
+        }
+        *slot = Some(LossHook(match slot.take() {
+            None => Box::new(hook),
+            Some(LossHook(earlier)) => Box::new(move |reason| {
+                earlier(reason);
+                hook(reason);
+            }),
+        }));
+    }
+
     /// Keeps the tip the acquisition read, for the journal's open.
     pub(crate) fn set_seen_tip(&self, seen: Option<KeyValue>) {
-        *self.seen_tip.lock().expect("never held across a panic") = Some(seen);
+        *self.seen_tip.lock().expect("never held across a panic") = Some(Box::new(seen));
     }
 
     /// The tip the acquisition read, once: the open that takes it fences at it.
@@ -249,6 +290,7 @@ impl LeaseState {
             .lock()
             .expect("never held across a panic")
             .take()
+            .map(|seen| *seen)
     }
 
     pub(crate) fn released(&self) -> bool {
@@ -340,6 +382,36 @@ mod tests {
             "late waiters resolve at once"
         );
         assert_eq!(lease.loss_reason(), Some(LossReason::Overtaken));
+    }
+
+    #[test]
+    fn loss_hooks_run_once_in_order_and_at_once_once_lost() {
+        let lease = state(Duration::from_secs(5));
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        for name in ["first", "second"] {
+            let ran = ran.clone();
+            lease.on_loss(move |reason| ran.lock().unwrap().push((name, reason)));
+        }
+        assert!(
+            ran.lock().unwrap().is_empty(),
+            "nothing runs before the loss"
+        );
+        assert!(lease.lose(LossReason::Overtaken));
+        assert!(!lease.lose(LossReason::Expired));
+        assert!(
+            lease.release(),
+            "a lost lease is released once all the same"
+        );
+        let ran_late = ran.clone();
+        lease.on_loss(move |reason| ran_late.lock().unwrap().push(("late", reason)));
+        assert_eq!(
+            *ran.lock().unwrap(),
+            [
+                ("first", LossReason::Overtaken),
+                ("second", LossReason::Overtaken),
+                ("late", LossReason::Overtaken),
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -29,13 +29,12 @@ mod gc;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
-use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::etcd::write::Written;
 use crate::etcd::{Delete, EtcdError, gets};
 use crate::journal::{Journal, OpenJournalError};
-use crate::lease::{Epoch, Lease, Lost, Ownership, ReleaseError};
+use crate::lease::{Epoch, Lease, LossReason, Lost, Ownership, ReleaseError};
 use crate::store::{AcquireError, Store, StoreShared};
 
 pub use gc::{GcError, GcView};
@@ -88,8 +87,6 @@ pub struct Rig {
     store: Arc<StoreShared>,
     // Declared last: the lease outlives the rest while fields drop.
     lease: Lease,
-    /// Releases the workspace root when the session is lost.
-    on_loss: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Rig {
@@ -163,17 +160,14 @@ impl Rig {
                 return Err(RigError::Journal(error));
             }
         };
-        let on_loss = {
-            let (lost, shared, node) = (
-                lease.lost(),
-                store.shared().clone(),
-                lease.state().node.clone(),
-            );
-            tokio::spawn(async move {
-                lost.await;
+        // Lost: the root is deleted in the background. Released: the rig's shutdown (or its
+        // drop) deletes it before the release.
+        let (shared, node) = (store.shared().clone(), lease.state().node.clone());
+        lease.state().on_loss(move |reason| {
+            if reason != LossReason::Released {
                 shared.delete_in_background(vec![root], node);
-            })
-        };
+            }
+        });
         tracing::info!(%session, epoch = %lease.epoch(), %key, "session rig open");
         Ok(Self {
             journal,
@@ -181,7 +175,6 @@ impl Rig {
             workspace_revision: revision,
             store: store.shared().clone(),
             lease,
-            on_loss,
         })
     }
 
@@ -203,6 +196,11 @@ impl Rig {
     /// Resolves when the session is lost.
     pub fn lost(&self) -> Lost {
         self.lease.lost()
+    }
+
+    /// Runs `hook` once, when the session is lost (see `LeaseState::on_loss`).
+    pub(crate) fn on_loss(&self, hook: impl FnOnce(LossReason) + Send + 'static) {
+        self.lease.state().on_loss(hook);
     }
 
     /// The session's journal.
@@ -237,7 +235,6 @@ impl Rig {
     /// [`RigError::Workspace`]; if the lease's, [`RigError::Release`].
     pub async fn shutdown(&self) -> Result<(), RigError> {
         self.journal.close().await;
-        self.on_loss.abort();
         if self.lease.is_released() {
             return Ok(());
         }
@@ -256,7 +253,6 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        self.on_loss.abort();
         self.lease.release_after(vec![self.workspace_root()]);
     }
 }

@@ -152,11 +152,69 @@ pub(crate) struct Writer {
     /// The lengths of a record key and of the tip key, for [`encoded_size`](Self::encoded_size).
     key_lengths: (usize, usize),
     state: Mutex<State>,
-    /// Cancelled once the journal can no longer append: fenced, indeterminate, or its lease
-    /// found lost.
-    broken: CancellationToken,
+    /// Set once the journal can no longer append: fenced, indeterminate, or its lease found
+    /// lost.
+    broken: Broken,
     /// Notified whenever the journal's transaction in flight ends.
     idle: Notify,
+}
+
+/// A journal's breaking: a flag, a notification for those who await it, and a hook for those
+/// who would otherwise keep a task or a registration per journal waiting for it (a host's
+/// session: see [`Writer::on_broken`]). Set once, never cleared.
+#[derive(Default)]
+struct Broken {
+    set: std::sync::atomic::AtomicBool,
+    wake: Notify,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Broken {
+    fn is_set(&self) -> bool {
+        self.set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sets it: wakes those awaiting it and runs the hooks, the first time only.
+    fn set(&self) {
+        if !self.set.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.wake.notify_waiters();
+            let hook = lock(&self.hook).take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+    }
+
+    async fn wait(&self) {
+        loop {
+            // Registered first, then the flag is read again: a set in between is seen there,
+            // one after it wakes this registration.
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Runs `hook` once it is set (at once if it is), after the hooks added before it.
+    fn on_set(&self, hook: impl FnOnce() + Send + 'static) {
+        let mut slot = lock(&self.hook);
+        if self.is_set() {
+            drop(slot);
+            hook();
+            return;
+        }
+        *slot = Some(match slot.take() {
+            None => Box::new(hook),
+            Some(earlier) => Box::new(move || {
+                earlier();
+                hook();
+            }),
+        });
+    }
 }
 
 struct State {
@@ -194,7 +252,7 @@ impl Writer {
                 in_flight: false,
                 listed: false,
             }),
-            broken: CancellationToken::new(),
+            broken: Broken::default(),
             idle: Notify::new(),
         })
     }
@@ -225,11 +283,18 @@ impl Writer {
     }
 
     pub(crate) fn is_broken(&self) -> bool {
-        self.broken.is_cancelled()
+        self.broken.is_set()
     }
 
     pub(crate) async fn broken(&self) {
-        self.broken.cancelled().await;
+        self.broken.wait().await;
+    }
+
+    /// Runs `hook` once, when the journal breaks (at once if it is broken already). It runs
+    /// where the breaking is found, under the journal's lock: it must neither block nor take
+    /// a lock of the journal's or the store's.
+    pub(crate) fn on_broken(&self, hook: impl FnOnce() + Send + 'static) {
+        self.broken.on_set(hook);
     }
 
     /// Waits for the append in flight, if any, then refuses every later one.
@@ -268,7 +333,7 @@ impl Writer {
             Condition::Closed => return Some(JournalWriteError::Closed),
         }
         let source = self.ownership.check().err()?;
-        self.broken.cancel();
+        self.broken.set();
         Some(JournalWriteError::LeaseLost(JournalLeaseLostError {
             source,
         }))
@@ -320,13 +385,13 @@ impl Writer {
             }
             Sent::Fenced { .. } => {
                 state.condition = Condition::Fenced;
-                self.broken.cancel();
+                self.broken.set();
                 tracing::warn!(%session, %epoch, "journal fenced");
                 Err(JournalWriteError::Fenced(self.fenced()))
             }
             Sent::Unknown(error) => {
                 state.condition = Condition::Indeterminate;
-                self.broken.cancel();
+                self.broken.set();
                 tracing::warn!(%session, %epoch, %error, "append outcome unknown; the journal is indeterminate");
                 Err(JournalWriteError::OutcomeUnknown(error))
             }
@@ -341,7 +406,7 @@ impl Writer {
         let mut state = self.state();
         state.in_flight = false;
         state.condition = Condition::Indeterminate;
-        self.broken.cancel();
+        self.broken.set();
         for call in state.waiting.drain(..) {
             let _ = call
                 .reply
@@ -675,6 +740,10 @@ impl Batcher {
             (compares, puts, bytes) =
                 (compares + APPEND_COMPARES, puts + records + 1, bytes + size);
             let calls: Vec<Call> = state.waiting.drain(..calls).collect();
+            if state.waiting.is_empty() {
+                // A journal that appends now and then keeps no queue between its appends.
+                state.waiting = VecDeque::new();
+            }
             (state.listed, state.in_flight) = (false, true);
             let tip_mod_revision = state.tip_mod_revision;
             drop(state);

@@ -381,3 +381,29 @@ async fn one_journals_append_takes_calls_while_its_size_fits() {
     settle(&batcher, members, || committed(60));
     assert_eq!(batcher.take()[0].records, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_breaking_wakes_its_waiters_and_runs_its_hooks_once() {
+    let broken = Arc::new(Broken::default());
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    for name in ["first", "second"] {
+        let ran = ran.clone();
+        broken.on_set(move || ran.lock().unwrap().push(name));
+    }
+    let waiter = tokio::spawn({
+        let broken = broken.clone();
+        async move { broken.wait().await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!waiter.is_finished() && ran.lock().unwrap().is_empty());
+    broken.set();
+    broken.set();
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter is woken")
+        .unwrap();
+    let late = ran.clone();
+    broken.on_set(move || late.lock().unwrap().push("late"));
+    assert_eq!(*ran.lock().unwrap(), ["first", "second", "late"]);
+    broken.wait().await;
+}
