@@ -34,8 +34,10 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// `{ns}/` a prefix of exactly this deployment's keys: `a` and `a/b` may both exist, but the
 /// keys of `a/b` would then lie under `a/`, so do not nest namespaces that are used at the same
 /// time.
+///
+/// Cheap to clone (shared, not copied): every journal of a store keeps one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Namespace(String);
+pub struct Namespace(std::sync::Arc<str>);
 
 /// A namespace string was refused; permanent: the same string is always refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,7 +77,7 @@ impl Namespace {
         if namespace.split('/').any(str::is_empty) {
             return refuse("it has an empty '/'-separated segment");
         }
-        Ok(Self(namespace))
+        Ok(Self(namespace.into()))
     }
 
     /// The namespace as a string, without the trailing `/`.
@@ -203,7 +205,7 @@ impl Namespace {
 
 impl Default for Namespace {
     fn default() -> Self {
-        Self(Self::DEFAULT.to_owned())
+        Self(Self::DEFAULT.into())
     }
 }
 
