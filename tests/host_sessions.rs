@@ -174,3 +174,38 @@ async fn next(events: &mut leasehold::HostEvents) -> HostEvent {
         .expect("an event within 5 s")
         .expect("the host lives")
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_that_panics_gives_the_session_up_in_order_and_it_is_owned_again() {
+    let etcd = common::Etcd::start().await;
+    let store = Arc::new(etcd.store("a", 10).await);
+    let session = Uuid::new_v4();
+    let panicking = |rig: Arc<Rig>, _stop: CancellationToken| async move {
+        rig.journal().append("before the panic").await.unwrap();
+        panic!("the work panics");
+    };
+    let host = SessionHost::start(
+        store,
+        HostOptions::default().with_settle(Duration::ZERO),
+        [session],
+        panicking,
+    );
+    let mut events = host.events();
+    let HostEvent::Acquired { epoch: first, .. } = next(&mut events).await else {
+        panic!("expected the session acquired");
+    };
+    match next(&mut events).await {
+        HostEvent::GaveUp {
+            why, epoch, result, ..
+        } => {
+            assert_eq!((why, epoch), (GiveUp::WorkDone, first));
+            assert!(result.is_ok(), "shut down in order: {result:?}");
+        }
+        other => panic!("expected the session given up, got {other:?}"),
+    }
+    match next(&mut events).await {
+        HostEvent::Acquired { epoch, .. } => assert!(epoch > first),
+        other => panic!("expected the session acquired again, got {other:?}"),
+    }
+    host.shutdown().await;
+}

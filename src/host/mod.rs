@@ -9,12 +9,13 @@
 //!    of a host acquire and open at once: the store sends a window of requests at a time
 //!    anyway, and each costs a few KiB while it runs);
 //! 3. open a [`Rig`] (lease, workspace root, fenced journal) and run the user's
-//!    `work(rig, token)`;
+//!    `work(rig, token)` (polled in the session's task: a work that panics counts as one that
+//!    returned);
 //! 4. when the lease is lost, the journal breaks ([`Journal::broken`]: fenced, or an append
 //!    whose outcome could not be settled), the user's work returns, the host sheds the
 //!    session, or the session is removed: cancel `token`, give the work
-//!    [`HostOptions::stop_grace`] to return (then abort it), shut the rig down in order (last
-//!    append, workspace root, lease) and go to 1.
+//!    [`HostOptions::stop_grace`] to return (then drop it, as an abort would), shut the rig
+//!    down in order (last append, workspace root, lease) and go to 1.
 //!
 //! So no session stays on a state no event will change: a broken journal is given up and
 //! opened again under a new lease, by this host or another.

@@ -39,7 +39,7 @@ pub struct HostOptions {
     /// [`add`](super::SessionHost::add). Default: false (a fixed set).
     pub registry: bool,
     /// How long the user's work may take to return once its token is cancelled before it is
-    /// aborted. Default 5 s.
+    /// dropped (aborted). Default 5 s.
     pub stop_grace: Duration,
     /// The pause after a session could not be opened (e.g. its workspace root is held), before
     /// it is tried again. It doubles, with jitter, with each failure in a row, up to

@@ -2,11 +2,12 @@
 //! back off and quarantine a session that cannot be opened (see the [module docs](super)).
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, CatchUnwind};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -29,26 +30,25 @@ pub(super) const OPENING_AT_ONCE: usize = 512;
 /// The task lives as long as the session is hosted here, and a future is as large as its
 /// largest step; so the steps that run once per ownership (waiting for a slot, acquiring,
 /// opening: several KiB) are boxed while they run, and what stays is the running session's
-/// state (about 300 bytes). Not an `async fn`: an `async` block's captures are its state as
-/// they are, where an `async fn` would keep its arguments twice.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn would keep its arguments twice in its state"
-)]
+/// state (232 bytes; its task 384). Not an `async fn`: the session's state is made before the
+/// `async` block, which keeps what it captures as it is, where an `async fn` would keep its
+/// arguments and what it made of them.
 pub(super) fn host_session(
     inner: Arc<Inner>,
     session: Uuid,
     stop: CancellationToken,
 ) -> impl Future<Output = ()> + Send {
+    // Made here, not in the `async` block: the block keeps what it captures for as long as it
+    // lives, and the session's id is the standby's.
+    let mut idle = Idle {
+        standby: inner.store.standby(session),
+        failures: OpenFailures::default(),
+        freed_elsewhere: false,
+    };
     async move {
-        let mut idle = Idle {
-            standby: inner.store.standby(session),
-            cap: inner.cap.subscribe(),
-            failures: OpenFailures::new(inner.store.shared().metrics.clone()),
-            freed_elsewhere: false,
-        };
         loop {
-            let Some((rig, moved_here)) = Box::pin(idle.open(&inner, session, &stop)).await else {
+            let Some((rig, moved_here)) = Box::pin(idle.open(&inner, &stop)).await else {
+                idle.failures.forget(&inner.store.shared().metrics);
                 return;
             };
             run(&inner, rig, moved_here, &stop).await;
@@ -60,7 +60,6 @@ pub(super) fn host_session(
 /// What a hosted session keeps between ownerships.
 struct Idle {
     standby: Standby,
-    cap: watch::Receiver<usize>,
     failures: OpenFailures,
     /// The standby was woken (the session freed) since the last slot it was given.
     freed_elsewhere: bool,
@@ -70,18 +69,14 @@ impl Idle {
     /// Steps 1 to 3: waits for a slot, acquires the session (as a move's target, if it is
     /// one) and opens its rig, until one opens (holding a slot) or the session is stopped
     /// (`None`). Whether the session came through a move, with the rig.
-    async fn open(
-        &mut self,
-        inner: &Inner,
-        session: Uuid,
-        stop: &CancellationToken,
-    ) -> Option<(Arc<Rig>, bool)> {
+    async fn open(&mut self, inner: &Inner, stop: &CancellationToken) -> Option<(Arc<Rig>, bool)> {
         let Self {
             standby,
-            cap,
             failures,
             freed_elsewhere,
         } = self;
+        let session = standby.session();
+        let mut cap = inner.cap.subscribe();
         loop {
             // --- 1. a free slot. A freed slot wakes one waiting session (not all of them: a
             // host shedding 50,000 sessions would wake every waiting one 50,000 times); one
@@ -177,7 +172,7 @@ impl Idle {
             drop(opening);
             let error = match opened {
                 Ok(rig) => {
-                    if failures.opened() {
+                    if failures.opened(&inner.store.shared().metrics) {
                         tracing::info!(%session, "quarantined session opened again");
                     }
                     return Some((Arc::new(rig), moved.is_some()));
@@ -188,7 +183,8 @@ impl Idle {
                 session,
                 error: error.clone(),
             });
-            let (pause, quarantined) = failures.failed(&inner.options);
+            let (pause, quarantined) =
+                failures.failed(&inner.options, &inner.store.shared().metrics);
             if quarantined {
                 let (failures, why) = (failures.count, crate::etcd::chain(&*error));
                 tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
@@ -223,52 +219,42 @@ async fn stand_by(standby: &Standby, inner: &Inner, stop: &CancellationToken) ->
 /// A session's failed opens in a row, the pause before its next attempt (a jittered backoff
 /// from [`HostOptions::retry_pause`] doubling up to [`HostOptions::max_retry_pause`], reset when
 /// the session opens: computed from the count, so that a session keeps no backoff state) and
-/// its quarantine, which the store's metrics count while it lasts.
+/// its quarantine, which the store's metrics count while it lasts (`forget` ends it when the
+/// session is no longer hosted here).
+#[derive(Default)]
 struct OpenFailures {
     count: u32,
-    metrics: Metrics,
     quarantined: bool,
 }
 
 impl OpenFailures {
-    fn new(metrics: Metrics) -> Self {
-        Self {
-            count: 0,
-            metrics,
-            quarantined: false,
-        }
-    }
-
     /// One more failure: the pause before the next attempt, and whether the session was
     /// quarantined now or is still (a warning each time).
-    fn failed(&mut self, options: &HostOptions) -> (Duration, bool) {
+    fn failed(&mut self, options: &HostOptions, metrics: &Metrics) -> (Duration, bool) {
         self.count = self.count.saturating_add(1);
         let (first, max) = (options.retry_pause, options.max_retry_pause);
         let pause = backoff::nth(first, max, self.count, true);
         if self.count >= QUARANTINE_AFTER && !self.quarantined {
             self.quarantined = true;
-            self.metrics.quarantined(1.0);
+            metrics.quarantined(1.0);
         }
         (pause, self.quarantined)
     }
 
     /// The session opened: the count starts over. True if it was quarantined.
-    fn opened(&mut self) -> bool {
+    fn opened(&mut self, metrics: &Metrics) -> bool {
         self.count = 0;
+        self.forget(metrics)
+    }
+
+    /// No longer quarantined (the session opened, or is no longer hosted here). True if it
+    /// was.
+    fn forget(&mut self, metrics: &Metrics) -> bool {
         let quarantined = std::mem::take(&mut self.quarantined);
         if quarantined {
-            self.metrics.quarantined(-1.0);
+            metrics.quarantined(-1.0);
         }
         quarantined
-    }
-}
-
-impl Drop for OpenFailures {
-    /// The session is no longer hosted here: no longer quarantined here either.
-    fn drop(&mut self) {
-        if self.quarantined {
-            self.metrics.quarantined(-1.0);
-        }
     }
 }
 
@@ -278,32 +264,51 @@ impl Drop for OpenFailures {
 /// One token stops the work, whatever gives the session up: the session's stop (its parent),
 /// a shed (the balance loop cancels it), a loss or the journal's breaking (hooks cancel it).
 /// Why is read off the session once it is cancelled or the work returned. So an owned session
-/// waits on one registration, not one per reason.
-async fn run(inner: &Inner, rig: Arc<Rig>, moved_here: bool, stop: &CancellationToken) {
-    let (session, epoch) = (rig.session_id(), rig.epoch());
-    let token = stop.child_token();
-    let on_loss = token.clone();
-    rig.on_loss(move |_| on_loss.cancel());
-    let on_broken = token.clone();
-    rig.journal().on_broken(move || on_broken.cancel());
-    let owned = Owned {
-        rig: rig.clone(),
-        token: token.clone(),
-        shed: std::sync::atomic::AtomicBool::new(false),
-        moved_to: std::sync::OnceLock::new(),
-        moved_here,
-    };
-    lock(&inner.owned).insert(session, owned);
-    inner.emit(HostEvent::Acquired { session, epoch });
-    let mut work = tokio::spawn((inner.work)(rig.clone(), token.clone()));
-    tokio::select! {
-        () = token.cancelled() => {}
-        _ = &mut work => {}
+/// waits on one registration, not one per reason; and its work is polled here, in the
+/// session's task, not in a task of its own (a work that panics is caught here: the session is
+/// given up as if the work had returned).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice in its state"
+)]
+fn run<'a>(
+    inner: &'a Inner,
+    rig: Arc<Rig>,
+    moved_here: bool,
+    stop: &'a CancellationToken,
+) -> impl Future<Output = ()> + Send + 'a {
+    async move {
+        let (session, epoch) = (rig.session_id(), rig.epoch());
+        let token = stop.child_token();
+        let on_loss = token.clone();
+        rig.on_loss(move |_| on_loss.cancel());
+        let on_broken = token.clone();
+        rig.journal().on_broken(move || on_broken.cancel());
+        let owned = Owned {
+            rig: rig.clone(),
+            token: token.clone(),
+            shed: std::sync::atomic::AtomicBool::new(false),
+            moved_to: std::sync::OnceLock::new(),
+            moved_here,
+        };
+        lock(&inner.owned).insert(session, owned);
+        inner.emit(HostEvent::Acquired { session, epoch });
+        let mut work = AssertUnwindSafe((inner.work)(rig.clone(), token.clone())).catch_unwind();
+        let returned = tokio::select! {
+            () = token.cancelled() => false,
+            returned = &mut work => {
+                if returned.is_err() {
+                    tracing::warn!(session = %rig.session_id(), "the session's work panicked");
+                }
+                true
+            }
+        };
+        let why = why(inner, &rig, stop);
+        token.cancel();
+        let work = (!returned).then_some(work);
+        // Boxed: it runs once, at the end (see `host_session`).
+        Box::pin(give_up(inner, rig, work, why)).await;
     }
-    let why = why(inner, &rig, stop);
-    token.cancel();
-    // Boxed: it runs once, at the end (see `host_session`).
-    Box::pin(give_up(inner, rig, work, why)).await;
 }
 
 /// Why an owned session is given up, once its token was cancelled, its journal broke or its
@@ -333,17 +338,21 @@ fn why(inner: &Inner, rig: &Rig, stop: &CancellationToken) -> GiveUp {
     }
 }
 
-/// Gives the session up in order: the work stops (within its grace period, or it is aborted),
-/// the rig shuts down, and the host says so.
-async fn give_up(inner: &Inner, rig: Arc<Rig>, mut work: JoinHandle<()>, why: GiveUp) {
+/// The user's work on a session, as `run` polls it.
+type WorkFuture = CatchUnwind<AssertUnwindSafe<BoxFuture<'static, ()>>>;
+
+/// Gives the session up in order: the work, if it has not returned, stops (within its grace
+/// period, or it is dropped), the rig shuts down, and the host says so.
+async fn give_up(inner: &Inner, rig: Arc<Rig>, work: Option<WorkFuture>, why: GiveUp) {
     let (session, epoch) = (rig.session_id(), rig.epoch());
-    if !work.is_finished()
-        && tokio::time::timeout(inner.options.stop_grace, &mut work)
-            .await
-            .is_err()
-    {
-        tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
-        work.abort();
+    if let Some(work) = work {
+        match tokio::time::timeout(inner.options.stop_grace, work).await {
+            Err(_) => {
+                tracing::warn!(%session, "the session's work did not stop within its grace period; aborting it");
+            }
+            Ok(Err(_)) => tracing::warn!(%session, "the session's work panicked"),
+            Ok(Ok(())) => {}
+        }
     }
     // As many shut down at once as open at once: a host shedding half of 100,000 sessions
     // would otherwise queue 100,000 deletes behind the store's window, long enough for some
@@ -375,8 +384,11 @@ mod tests {
         let options = HostOptions::default()
             .with_retry_pause(first)
             .with_max_retry_pause(max);
-        let metrics = Metrics::new("n", &Namespace::new("ns").unwrap());
-        (OpenFailures::new(metrics), options)
+        (OpenFailures::default(), options)
+    }
+
+    fn metrics() -> Metrics {
+        Metrics::new("n", &Namespace::new("ns").unwrap())
     }
 
     #[test]
@@ -385,7 +397,7 @@ mod tests {
         let (mut open, options) = failures(first, max);
         let mut nominal = first;
         for failure in 1..=12 {
-            let (pause, quarantined) = open.failed(&options);
+            let (pause, quarantined) = open.failed(&options, &metrics());
             assert!(
                 nominal <= pause && pause < nominal * 2,
                 "failure {failure}: {pause:?}, nominal {nominal:?}"
@@ -393,9 +405,9 @@ mod tests {
             assert_eq!(quarantined, failure >= 3, "failure {failure}");
             nominal = (nominal * 2).min(max);
         }
-        assert!(open.opened(), "it was quarantined");
-        assert!(!open.opened());
-        let (pause, quarantined) = open.failed(&options);
+        assert!(open.opened(&metrics()), "it was quarantined");
+        assert!(!open.opened(&metrics()));
+        let (pause, quarantined) = open.failed(&options, &metrics());
         assert!(pause < first * 2 && !quarantined, "it starts over");
     }
 
@@ -403,11 +415,11 @@ mod tests {
     fn huge_retry_pauses_saturate() {
         let (mut open, options) = failures(Duration::MAX, Duration::MAX);
         for _ in 0..5 {
-            assert_eq!(open.failed(&options).0, Duration::MAX);
+            assert_eq!(open.failed(&options, &metrics()).0, Duration::MAX);
         }
         let (mut open, options) = failures(Duration::from_secs(1), Duration::ZERO);
         assert!(
-            open.failed(&options).0 >= Duration::from_secs(1),
+            open.failed(&options, &metrics()).0 >= Duration::from_secs(1),
             "the cap is at least the first"
         );
     }

@@ -640,6 +640,11 @@ impl Standby {
         }
     }
 
+    /// The session stood by for.
+    pub(crate) fn session(&self) -> Uuid {
+        self.session
+    }
+
     /// Resolves at the next notification (or at once if one came since the last wait).
     pub(crate) async fn notified(&self) {
         self.waiter.notified().await;
