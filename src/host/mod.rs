@@ -440,6 +440,7 @@ impl SessionHost {
         let bound = leave_bound(&self.inner.store.shared().write);
         let _ = tokio::time::timeout(bound, self.inner.left.cancelled()).await;
         self.inner.shutdown.cancel();
+        self.inner.stop_owned(None);
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
     }
@@ -451,6 +452,7 @@ impl Drop for SessionHost {
     fn drop(&mut self) {
         self.inner.leaving.cancel();
         self.inner.shutdown.cancel();
+        self.inner.stop_owned(None);
         self.inner.tasks.close();
     }
 }
@@ -480,7 +482,20 @@ impl Inner {
                 .fetch_sub(sets::digest_of(session), Ordering::AcqRel);
             drop(wanted);
             stop.cancel();
+            self.stop_owned(Some(session));
             self.resized.notify_one();
+        }
+    }
+
+    /// Cancels the work's token of owned `session` (of every owned session, for `None`), once
+    /// its stop token is cancelled. A session owned after that sees its stop cancelled when it
+    /// registers as owned (see `session::run`): its work's token is not a child of its stop
+    /// token, which would cost a list of children per session.
+    fn stop_owned(&self, session: Option<Uuid>) {
+        let owned = lock(&self.owned);
+        match session {
+            Some(session) => owned.get(&session).iter().for_each(|o| o.token.cancel()),
+            None => owned.values().for_each(|o| o.token.cancel()),
         }
     }
 

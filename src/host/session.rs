@@ -261,8 +261,9 @@ impl OpenFailures {
 /// Runs the user's work on an owned session until it must be given up, then shuts the rig down
 /// in order.
 ///
-/// One token stops the work, whatever gives the session up: the session's stop (its parent),
-/// a shed (the balance loop cancels it), a loss or the journal's breaking (hooks cancel it).
+/// One token stops the work, whatever gives the session up: the session's stop (`stop_owned`
+/// cancels it), a shed (the balance loop cancels it), a loss or the journal's breaking (hooks
+/// cancel it).
 /// Why is read off the session once it is cancelled or the work returned. So an owned session
 /// waits on one registration, not one per reason; and its work is polled here, in the
 /// session's task, not in a task of its own (a work that panics is caught here: the session is
@@ -279,7 +280,7 @@ fn run<'a>(
 ) -> impl Future<Output = ()> + Send + 'a {
     async move {
         let (session, epoch) = (rig.session_id(), rig.epoch());
-        let token = stop.child_token();
+        let token = CancellationToken::new();
         let on_loss = token.clone();
         rig.on_loss(move |_| on_loss.cancel());
         let on_broken = token.clone();
@@ -291,7 +292,14 @@ fn run<'a>(
             moved_to: std::sync::OnceLock::new(),
             moved_here,
         };
-        lock(&inner.owned).insert(session, owned);
+        {
+            let mut owned_sessions = lock(&inner.owned);
+            owned_sessions.insert(session, owned);
+            // Stopped before it was registered as owned: `stop_owned` did not see it.
+            if stop.is_cancelled() {
+                token.cancel();
+            }
+        }
         inner.emit(HostEvent::Acquired { session, epoch });
         let mut work = AssertUnwindSafe((inner.work)(rig.clone(), token.clone())).catch_unwind();
         let returned = tokio::select! {

@@ -81,7 +81,8 @@ pub enum RigError {
 /// A live session: its lease, its workspace root and its journal.
 pub struct Rig {
     journal: Journal,
-    workspace_key: String,
+    /// Shared with the hook that deletes it on loss.
+    workspace_key: Arc<str>,
     workspace_revision: i64,
     /// The store the session lives in: its workspace root's deletes go through it.
     store: Arc<StoreShared>,
@@ -140,32 +141,35 @@ impl Rig {
             return Err(RigError::InvalidWorkspace(workspace.to_owned()));
         }
         let session = lease.session_id();
-        let key = store.namespace().workspace_key(workspace);
+        let key: Arc<str> = store.namespace().workspace_key(workspace).into();
         let value = format!("{session} {}", lease.epoch());
         let revision = match take_workspace(store, &lease, &key, &value).await {
             Ok(revision) => revision,
             Err(error) => {
                 if matches!(error, RigError::Workspace(_)) {
                     // It may have committed unseen: delete it (guarded by our value) first.
-                    lease.release_after(vec![Delete::holding(key.as_str(), value)]);
+                    lease.release_after(vec![Delete::holding(&*key, value)]);
                 }
                 return Err(error);
             }
         };
-        let root = Delete::created_at(key.as_str(), revision);
         let journal = match store.open_journal(session, Some(&lease)).await {
             Ok(journal) => journal,
             Err(error) => {
-                lease.release_after(vec![root]);
+                lease.release_after(vec![Delete::created_at(&*key, revision)]);
                 return Err(RigError::Journal(error));
             }
         };
         // Lost: the root is deleted in the background. Released: the rig's shutdown (or its
         // drop) deletes it before the release.
-        let (shared, node) = (store.shared().clone(), lease.state().node.clone());
+        let (shared, node, root) = (
+            store.shared().clone(),
+            lease.state().node.clone(),
+            key.clone(),
+        );
         lease.state().on_loss(move |reason| {
             if reason != LossReason::Released {
-                shared.delete_in_background(vec![root], node);
+                shared.delete_in_background(vec![Delete::created_at(&*root, revision)], node);
             }
         });
         tracing::info!(%session, epoch = %lease.epoch(), %key, "session rig open");
@@ -224,7 +228,7 @@ impl Rig {
     }
 
     fn workspace_root(&self) -> Delete {
-        Delete::created_at(self.workspace_key.as_str(), self.workspace_revision)
+        Delete::created_at(&*self.workspace_key, self.workspace_revision)
     }
 
     /// Shuts the session down in order: the last durable append completes, then the workspace
