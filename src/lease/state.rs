@@ -27,6 +27,9 @@ pub(crate) struct NodeLease {
     valid_until: AtomicU64,
     lost: AtomicBool,
     reason: std::sync::OnceLock<LossReason>,
+    /// Where the leases of this generation are counted (set by the first handed out): kept
+    /// here once, not in each lease.
+    metrics: std::sync::OnceLock<Metrics>,
 }
 
 /// Its instants are on the suspend-aware clock ([`clock::now`]), as [`Validity`]'s are.
@@ -41,6 +44,7 @@ impl NodeLease {
             valid_until: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             reason: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         };
         lease.set_valid_until(valid_until);
         lease
@@ -151,10 +155,9 @@ pub(crate) struct LeaseState {
     reason: std::sync::OnceLock<LossReason>,
     /// Notified once, when the reason is recorded.
     loss: Arc<Notify>,
-    /// Where a lease handed out is counted (set once, before `COUNTED`).
-    metrics: std::sync::OnceLock<Metrics>,
-    /// `COUNTED` once handed out and counted as held, `LOST` once lost: the held gauge goes
-    /// down once for each lease it went up for, whichever comes first.
+    /// `COUNTED` once handed out and counted as held (its node lease then knows where), `LOST`
+    /// once lost: the held gauge goes down once for each lease it went up for, whichever comes
+    /// first.
     counting: std::sync::atomic::AtomicU8,
     /// The journal's tip key as the acquisition read it (`Some(None)`: there was none), in
     /// the transaction that created the owner key; the journal's open fences at it instead of
@@ -195,7 +198,6 @@ impl LeaseState {
             journal: std::sync::atomic::AtomicU8::new(0),
             reason: std::sync::OnceLock::new(),
             loss: Arc::new(Notify::new()),
-            metrics: std::sync::OnceLock::new(),
             counting: std::sync::atomic::AtomicU8::new(0),
             seen_tip: std::sync::Mutex::new(None),
             on_loss: std::sync::Mutex::new(None),
@@ -205,7 +207,7 @@ impl LeaseState {
     /// Counts the lease as acquired and held, once it is handed out.
     pub(crate) fn count_held(&self, metrics: &Metrics) {
         metrics.acquisition("acquired");
-        let _ = self.metrics.set(metrics.clone());
+        let _ = self.node.metrics.set(metrics.clone());
         if self.counting.fetch_or(COUNTED, Ordering::AcqRel) & LOST == 0 {
             metrics.held();
         }
@@ -228,7 +230,7 @@ impl LeaseState {
             }
             tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
             if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
-                && let Some(metrics) = self.metrics.get()
+                && let Some(metrics) = self.node.metrics.get()
             {
                 metrics.lost(reason.label());
             }
