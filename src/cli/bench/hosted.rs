@@ -71,8 +71,7 @@ impl Bench {
         let work_bytes = WORK_BYTES.load(Ordering::Relaxed) as f64;
         let per_owned = (txns().await? - txns_before) / sessions as f64;
         self.progress(format_args!(
-            "scale_hosted: {sessions} owned in {owning:?}, {:.1} KiB each ({work_bytes} bytes of it the work's future) and {per_owned:.2} txns each",
-            per_session / 1024.0
+            "scale_hosted: {sessions} owned in {owning:?}, {per_session:.0} bytes resident each ({work_bytes} of them the work's future) and {per_owned:.2} txns each"
         ));
 
         // --- a second node takes half; then the first dies
