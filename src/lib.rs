@@ -104,6 +104,7 @@ mod etcd;
 #[cfg(feature = "fault")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault")))]
 pub mod fault;
+mod hooks;
 pub mod host;
 pub mod journal;
 pub mod keys;

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::{Epoch, LossReason};
 use crate::clock;
+use crate::hooks::OnceHooks;
 use crate::metrics::Metrics;
 use etcd_client::KeyValue;
 
@@ -164,16 +165,7 @@ pub(crate) struct LeaseState {
     /// reading it again. Taken by the open. Boxed: it lives only until the open.
     seen_tip: std::sync::Mutex<Option<Box<Option<KeyValue>>>>,
     /// What runs once, when the lease is lost (see [`on_loss`](Self::on_loss)).
-    on_loss: std::sync::Mutex<Option<LossHook>>,
-}
-
-/// Runs once, with the reason, when a lease is lost.
-struct LossHook(Box<dyn FnOnce(LossReason) + Send>);
-
-impl std::fmt::Debug for LossHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LossHook")
-    }
+    on_loss: OnceHooks<LossReason>,
 }
 
 const COUNTED: u8 = 1;
@@ -200,7 +192,7 @@ impl LeaseState {
             loss: Arc::new(Notify::new()),
             counting: std::sync::atomic::AtomicU8::new(0),
             seen_tip: std::sync::Mutex::new(None),
-            on_loss: std::sync::Mutex::new(None),
+            on_loss: OnceHooks::default(),
         })
     }
 
@@ -220,14 +212,7 @@ impl LeaseState {
         let first = self.reason.set(reason).is_ok();
         if first {
             self.loss.notify_waiters();
-            let hook = self
-                .on_loss
-                .lock()
-                .expect("never held across a panic")
-                .take();
-            if let Some(LossHook(hook)) = hook {
-                hook(reason);
-            }
+            self.on_loss.run(reason);
             tracing::info!(session = %self.session, epoch = %self.epoch, %reason, "lease lost");
             if self.counting.fetch_or(LOST, Ordering::AcqRel) & COUNTED != 0
                 && let Some(metrics) = self.node.metrics.get()
@@ -266,19 +251,7 @@ impl LeaseState {
     /// block nor take a lock of the store's. What would otherwise be a task per lease waiting
     /// for the loss (a rig's workspace root, a host's session) is a hook.
     pub(crate) fn on_loss(&self, hook: impl FnOnce(LossReason) + Send + 'static) {
-        let mut slot = self.on_loss.lock().expect("never held across a panic");
-        if let Some(reason) = self.loss_reason() {
-            drop(slot);
-            hook(reason);
-            return;
-        }
-        *slot = Some(LossHook(match slot.take() {
-            None => Box::new(hook),
-            Some(LossHook(earlier)) => Box::new(move |reason| {
-                earlier(reason);
-                hook(reason);
-            }),
-        }));
+        self.on_loss.add(|| self.loss_reason(), hook);
     }
 
     /// Keeps the tip the acquisition read, for the journal's open.

@@ -41,6 +41,7 @@ use super::record::{self, Tip, encode_tip};
 use super::{AppendError, Appended, JournalLeaseLostError, JournalLimits, JournalWriteError};
 use crate::etcd::Connection;
 use crate::etcd::write::WritePolicy;
+use crate::hooks::OnceHooks;
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::metrics::Metrics;
@@ -159,14 +160,14 @@ pub(crate) struct Writer {
     idle: Notify,
 }
 
-/// A journal's breaking: a flag, a notification for those who await it, and a hook for those
+/// A journal's breaking: a flag, a notification for those who await it, and hooks for those
 /// who would otherwise keep a task or a registration per journal waiting for it (a host's
 /// session: see [`Writer::on_broken`]). Set once, never cleared.
 #[derive(Default)]
 struct Broken {
     set: std::sync::atomic::AtomicBool,
     wake: Notify,
-    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    hooks: OnceHooks<()>,
 }
 
 impl Broken {
@@ -178,10 +179,7 @@ impl Broken {
     fn set(&self) {
         if !self.set.swap(true, std::sync::atomic::Ordering::AcqRel) {
             self.wake.notify_waiters();
-            let hook = lock(&self.hook).take();
-            if let Some(hook) = hook {
-                hook();
-            }
+            self.hooks.run(());
         }
     }
 
@@ -201,19 +199,8 @@ impl Broken {
 
     /// Runs `hook` once it is set (at once if it is), after the hooks added before it.
     fn on_set(&self, hook: impl FnOnce() + Send + 'static) {
-        let mut slot = lock(&self.hook);
-        if self.is_set() {
-            drop(slot);
-            hook();
-            return;
-        }
-        *slot = Some(match slot.take() {
-            None => Box::new(hook),
-            Some(earlier) => Box::new(move || {
-                earlier();
-                hook();
-            }),
-        });
+        self.hooks
+            .add(|| self.is_set().then_some(()), move |()| hook());
     }
 }
 
