@@ -44,8 +44,9 @@
 //! import each other round a loop (`tests/layers.rs` checks both from the imports; see
 //! ARCHITECTURE.md):
 //!
-//! 1. [`keys`] (the key layout), `fault` (the fault proxy), the clock helpers, and the one
-//!    backoff every retry loop pauses by.
+//! 1. [`keys`] (the key layout), `fault` (the fault proxy), the clock helpers, the one
+//!    backoff every retry loop pauses by, and the hooks a lease's loss and a journal's
+//!    breaking run.
 //! 2. `etcd`: etcd as leasehold talks to it ([`Connection`], the one write path, [`EtcdError`]);
 //!    it knows nothing of sessions.
 //! 3. [`metrics`]: what is recorded, under labels the layers above give it.

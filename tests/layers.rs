@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom up; modules in one layer may import each other unless that makes a loop.
 const LAYERS: &[&[&str]] = &[
-    &["keys", "fault", "deadline", "clock", "backoff"],
+    &["keys", "fault", "deadline", "clock", "backoff", "hooks"],
     &["etcd"],
     &["metrics"],
     &["lease"],
