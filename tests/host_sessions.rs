@@ -153,18 +153,31 @@ async fn a_session_lost_from_outside_is_given_up_as_lost_and_owned_again() {
         .delete(etcd.ns.owner_key(session), None)
         .await
         .unwrap();
-    match next(&mut events).await {
-        HostEvent::GaveUp { why, epoch, .. } => {
-            assert_eq!(why, GiveUp::Lost(LossReason::Revoked));
+    let (why, _) = given_up_then_owned_again(&mut events, first).await;
+    assert_eq!(why, GiveUp::Lost(LossReason::Revoked));
+    host.shutdown().await;
+}
+
+/// The host's next events: the session owned at epoch `first` is given up (why, and how its
+/// shutdown went), then owned again at a later epoch.
+async fn given_up_then_owned_again(
+    events: &mut leasehold::HostEvents,
+    first: leasehold::Epoch,
+) -> (GiveUp, Result<(), Arc<leasehold::rig::RigError>>) {
+    let given_up = match next(events).await {
+        HostEvent::GaveUp {
+            why, epoch, result, ..
+        } => {
             assert_eq!(epoch, first);
+            (why, result)
         }
         other => panic!("expected the session given up, got {other:?}"),
-    }
-    match next(&mut events).await {
+    };
+    match next(events).await {
         HostEvent::Acquired { epoch, .. } => assert!(epoch > first),
         other => panic!("expected the session acquired again, got {other:?}"),
     }
-    host.shutdown().await;
+    given_up
 }
 
 /// The host's next event, within 5 s.
@@ -194,18 +207,8 @@ async fn work_that_panics_gives_the_session_up_in_order_and_it_is_owned_again() 
     let HostEvent::Acquired { epoch: first, .. } = next(&mut events).await else {
         panic!("expected the session acquired");
     };
-    match next(&mut events).await {
-        HostEvent::GaveUp {
-            why, epoch, result, ..
-        } => {
-            assert_eq!((why, epoch), (GiveUp::WorkDone, first));
-            assert!(result.is_ok(), "shut down in order: {result:?}");
-        }
-        other => panic!("expected the session given up, got {other:?}"),
-    }
-    match next(&mut events).await {
-        HostEvent::Acquired { epoch, .. } => assert!(epoch > first),
-        other => panic!("expected the session acquired again, got {other:?}"),
-    }
+    let (why, result) = given_up_then_owned_again(&mut events, first).await;
+    assert_eq!(why, GiveUp::WorkDone);
+    assert!(result.is_ok(), "shut down in order: {result:?}");
     host.shutdown().await;
 }

@@ -33,39 +33,28 @@ fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
     (state, Writer::new(ownership, Namespace::default(), 1, 5))
 }
 
-/// Queues a call of `records` records on `writer`; its answer comes on the receiver.
-fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Receiver<Answer> {
+/// Queues a call of `records` records on `writer`: where it found the journal, and the
+/// receiver of its answer (a call whose receiver is dropped is withdrawn).
+fn join(
+    batcher: &Batcher,
+    writer: &Arc<Writer>,
+    records: usize,
+) -> (Joined, oneshot::Receiver<Answer>) {
     let (reply, answer) = oneshot::channel();
     let payloads = vec![b"event".to_vec(); records];
-    batcher
-        .join(
-            writer,
-            Call {
-                records: Records::Events(payloads),
-                reply,
-            },
-        )
-        .unwrap();
-    answer
+    let records = Records::Events(payloads);
+    let joined = batcher.join(writer, Call { records, reply }).unwrap();
+    (joined, answer)
 }
 
-/// Queues a call of one record on `writer`: where it found the journal, and the receiver of
-/// its answer (a call whose receiver is dropped is withdrawn).
+/// Queues a call of `records` records on `writer`; its answer comes on the receiver.
+fn call(batcher: &Batcher, writer: &Arc<Writer>, records: usize) -> oneshot::Receiver<Answer> {
+    join(batcher, writer, records).1
+}
+
+/// Queues a call of one record on `writer` (see `join`).
 fn join_one(batcher: &Batcher, writer: &Arc<Writer>) -> (Joined, oneshot::Receiver<Answer>) {
-    let (reply, answer) = oneshot::channel();
-    let payloads = vec![b"event".to_vec()];
-    (
-        batcher
-            .join(
-                writer,
-                Call {
-                    records: Records::Events(payloads),
-                    reply,
-                },
-            )
-            .unwrap(),
-        answer,
-    )
+    join(batcher, writer, 1)
 }
 
 /// Whether a call of one record to `writer` would join its queue now, or why not.
