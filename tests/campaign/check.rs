@@ -9,7 +9,9 @@
 //!   before the delete that revoked `e`, if one did;
 //! - invariant 5: no owner saw its lease valid after a later epoch of its session was
 //!   acquired, unless the earlier one was revoked from outside (an owner learns of a revoke
-//!   only from its watch, so that window is not the margin's to close).
+//!   only from its watch, so that window is not the margin's to close). A host node's owner
+//!   sees its lease valid through `Rig::is_valid`; a sidecar's client through `Validate`, from
+//!   when it sent the call (the sidecar's read behind a `current` answer came after that).
 //!
 //! Invariants 6 and 7 (progress within the bound after every heal) are checked while the run
 //! goes on; 8 (no panic) by a panic hook.

@@ -1,14 +1,18 @@
 //! A sidecar's client, one per session: attaches, stands by until it owns the session, then
 //! appends (one appender of single records, one of batches) with a request id per call, each
-//! retried with the same id until it is answered; and stops at once on `Lost`, on the stream's
-//! end or on a refusal, as the sidecar's one rule says.
+//! retried with the same id until it is answered; asks `Validate` whether its epoch is still
+//! the owner's, as a resource outside etcd would, also for a while after the ownership ends (a
+//! `current` answer counts as having seen the session valid when the call was sent: invariant 5
+//! holds the sidecar's linearizable read to it); and stops at once on `Lost`, on the stream's end, on a refusal or on a `Validate` that
+//! says another epoch owns the session, as the sidecar's one rule says.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use leasehold::sidecar::proto::leasehold_client::LeaseholdClient;
 use leasehold::sidecar::proto::{
-    Acquire, AppendRequest, AttachRequest, attach_request, attach_response,
+    Acquire, AppendRequest, AttachRequest, ValidateRequest, attach_request, attach_response,
 };
 use leasehold::{Appended, CancellationToken, Epoch, JournalWriteError, Uuid};
 use tokio::time::{Instant, sleep};
@@ -115,7 +119,8 @@ async fn own(
             node, client, session, epoch, max_batch, pace, history, &owned, stop,
         )
     };
-    tokio::join!(watch, append(1), append(5));
+    let validate = validator(node, client, session, epoch, pace, history, &owned);
+    tokio::join!(watch, append(1), append(5), validate);
     history.note(Entry::Ended {
         at: Instant::now(),
         node,
@@ -168,6 +173,82 @@ async fn appender(
             }
         }
         sleep(pace).await;
+    }
+}
+
+/// How long an ended ownership's epoch is still asked about, as a resource outside etcd would be
+/// by the old owner's late requests.
+const LATE: Duration = Duration::from_secs(2);
+
+/// Asks the sidecar whether `epoch` still owns `session`, every few paces, while it is owned;
+/// a `current` answer is noted as the session seen valid at the call's sending (the read
+/// behind it came after that, so a later epoch acquired before then means a stale read). An
+/// answer naming another owner ends the ownership. Once it has ended, a task goes on asking for
+/// [`LATE`]: a `current` answer then must also predate any later epoch.
+async fn validator(
+    node: usize,
+    client: &LeaseholdClient<Channel>,
+    session: Uuid,
+    epoch: u64,
+    pace: Duration,
+    history: &Arc<History>,
+    owned: &CancellationToken,
+) {
+    let ask = Asker {
+        node,
+        client: client.clone(),
+        request: ValidateRequest {
+            session: session.to_string(),
+            epoch,
+        },
+        history: history.clone(),
+    };
+    while !owned.is_cancelled() {
+        tokio::select! {
+            current = ask.current() => if current == Some(false) {
+                // Another epoch owns the session, or nobody: stop acting on it.
+                owned.cancel();
+            },
+            () = owned.cancelled() => break,
+        }
+        tokio::select! {
+            () = sleep(pace * 4) => {}
+            () = owned.cancelled() => break,
+        }
+    }
+    tokio::spawn(async move {
+        let ended = Instant::now();
+        while ended.elapsed() < LATE {
+            if ask.current().await == Some(true) {
+                ask.history.validated_late.fetch_add(1, Ordering::Relaxed);
+            }
+            sleep(pace * 4).await;
+        }
+    });
+}
+
+/// One epoch's `Validate` calls.
+struct Asker {
+    node: usize,
+    client: LeaseholdClient<Channel>,
+    request: ValidateRequest,
+    history: Arc<History>,
+}
+
+impl Asker {
+    /// Whether the epoch is current (noted as seen valid when it is); `None` if the call failed.
+    async fn current(&self) -> Option<bool> {
+        let sent = Instant::now();
+        let mut call = tonic::Request::new(self.request.clone());
+        call.set_timeout(Duration::from_secs(2));
+        let answer = self.client.clone().validate(call).await.ok()?.into_inner();
+        if answer.current {
+            let session = self.request.session.parse().expect("a UUID");
+            let epoch = Epoch(self.request.epoch);
+            self.history.seen_valid_at(session, epoch, self.node, sent);
+            self.history.validated.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(answer.current)
     }
 }
 

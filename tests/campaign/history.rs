@@ -80,6 +80,10 @@ pub(crate) struct History {
     pub(crate) calls_failed: AtomicU64,
     /// Acknowledged appends made through a sidecar.
     pub(crate) sidecar_ok: AtomicU64,
+    /// `Validate` answers that called an epoch current, and those of them asked after the
+    /// epoch's ownership ended.
+    pub(crate) validated: AtomicU64,
+    pub(crate) validated_late: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -120,7 +124,16 @@ impl History {
     }
 
     pub(crate) fn seen_valid(&self, session: Uuid, epoch: Epoch, node: usize) {
-        lock(&self.valid_seen).insert((session, epoch), (node, Instant::now()));
+        self.seen_valid_at(session, epoch, node, Instant::now());
+    }
+
+    /// Notes that `node` saw `session` valid at `epoch` at `at`; the latest sighting is kept.
+    pub(crate) fn seen_valid_at(&self, session: Uuid, epoch: Epoch, node: usize, at: Instant) {
+        let mut seen = lock(&self.valid_seen);
+        let latest = seen.entry((session, epoch)).or_insert((node, at));
+        if at >= latest.1 {
+            *latest = (node, at);
+        }
     }
 
     pub(crate) fn valid_seen(&self) -> HashMap<(Uuid, Epoch), (usize, Instant)> {

@@ -361,18 +361,21 @@ async fn run(cluster: &EtcdCluster, profile: &Profile, seed: u64) -> Outcome {
         .iter()
         .map(|(node, n)| format!("node-{node}={n}"))
         .collect();
+    let validated = history.validated.load(Ordering::Relaxed);
     eprintln!(
-        "campaign: acquisitions by node: {}; acknowledged appends through a sidecar: {}",
+        "campaign: acquisitions by node: {}; acknowledged appends through a sidecar: {}; Validate answers `current`: {validated} ({} of them asked after the ownership ended)",
         by_node.join(" "),
-        history.sidecar_ok.load(Ordering::Relaxed)
+        history.sidecar_ok.load(Ordering::Relaxed),
+        history.validated_late.load(Ordering::Relaxed),
     );
     if profile.sidecars > 0 {
         let sidecar_node = profile.nodes - 1;
         if !history.acquisitions_by_node().contains_key(&sidecar_node)
             || history.sidecar_ok.load(Ordering::Relaxed) == 0
+            || validated == 0
         {
             violations.push(format!(
-                "the sidecar node (node-{sidecar_node}) never owned a session and appended"
+                "the sidecar node (node-{sidecar_node}) never owned a session, appended and validated its epoch"
             ));
         }
     }
