@@ -226,7 +226,10 @@ async fn owners_journal_show_and_check_tell_what_etcd_holds() {
     );
     let (code, stdout, _) = run(&endpoint, ns, &["check", &s1_text]).await;
     assert_eq!(code, 0);
-    assert!(stdout.contains("sound"), "{stdout}");
+    assert!(
+        stdout.contains(": sound (8 records, 1 to 8; 1 fence kept)"),
+        "{stdout}"
+    );
     let (code, stdout, _) = run(&endpoint, ns, &["check", &s2.to_string()]).await;
     assert_eq!(code, 1);
     assert!(stdout.contains("violations"), "{stdout}");

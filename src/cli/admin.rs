@@ -563,6 +563,15 @@ pub(crate) async fn revoke(common: &Common, args: &RevokeArgs) -> Result<(), Fai
     Ok(())
 }
 
+/// `n` and `noun`, plural unless one: "1 record", "3 fences".
+fn counted(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn check_json(check: &JournalCheck) -> Value {
     json!({
         "session": check.session,
@@ -667,10 +676,10 @@ pub(crate) async fn check(common: &Common, args: &CheckArgs) -> Result<(), Failu
             );
             match check.violations.len() {
                 0 => println!(
-                    "{}: sound ({} records, {bounds}; {} fences kept)",
+                    "{}: sound ({}, {bounds}; {} kept)",
                     check.session,
-                    check.records,
-                    check.fence_epochs.len()
+                    counted(check.records, "record"),
+                    counted(check.fence_epochs.len() as u64, "fence")
                 ),
                 n => {
                     println!("{}: {n} violations ({bounds})", check.session);
