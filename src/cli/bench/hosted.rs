@@ -293,8 +293,8 @@ impl Bench {
         let started = probe.started.load(Ordering::Relaxed);
         let mut fewest_owned = host.held_count();
         self.progress(format_args!("scale_hosted: every journal probed, {what}"));
-        probe.asked.send_replace(Instant::now());
         let asked = Instant::now();
+        probe.asked.send_replace(asked);
         let fault = async {
             tokio::time::sleep(PROBE_SPREAD / 3).await;
             fault.await
@@ -352,13 +352,17 @@ impl Bench {
     /// member other than the first leader leads (raft aborts a transfer to a member that lags).
     async fn move_leader(&self) -> Result<(), Failure> {
         let members = self.members().await?;
-        let status = |client: etcd_client::Client| async move {
-            client.clone().status().await.map(|status| status.leader())
+        let leader = || async {
+            self.raw
+                .clone()
+                .status()
+                .await
+                .map(|status| status.leader())
         };
-        let first = status(self.raw.clone()).await.map_err(Failure::runtime)?;
+        let first = leader().await.map_err(Failure::runtime)?;
         let asked = Instant::now();
         loop {
-            let leader = status(self.raw.clone()).await.unwrap_or(first);
+            let leader = leader().await.unwrap_or(first);
             if leader != first && leader != 0 {
                 self.progress(format_args!(
                     "scale_hosted: the leader moved from {first:x} to {leader:x} in {:?}",
