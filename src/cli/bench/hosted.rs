@@ -73,7 +73,7 @@ async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, probe: Arc<Probe>) {
         tokio::select! {
             _ = tokio::time::sleep_until(due) => {}
             Ok(()) = asked.changed() => {
-                (due, probed) = (*asked.borrow() + offset, true);
+                (due, probed) = (later(*asked.borrow(), offset), true);
                 continue;
             }
             _ = stop.cancelled() => return,
@@ -89,8 +89,14 @@ async fn heartbeat(rig: Arc<Rig>, stop: CancellationToken, probe: Arc<Probe>) {
                 Err(_) => drop(probe.failed.fetch_add(1, Ordering::Relaxed)),
             }
         }
-        (due, probed) = (Instant::now() + Duration::from_secs(60), false);
+        (due, probed) = (later(Instant::now(), Duration::from_secs(60)), false);
     }
+}
+
+/// `at + after`, for the heartbeat's and the probe's offsets (at most a minute).
+fn later(at: Instant, after: Duration) -> Instant {
+    at.checked_add(after)
+        .expect("a minute from an instant of this run")
 }
 
 impl Bench {

@@ -15,8 +15,9 @@
 //!
 //! `ratio` is ours / baseline; `better` says which way is good. `p50_ms` and `p99_ms` are
 //! leasehold's per-operation latencies over all rounds; for `scale`, where the acquisitions
-//! are pipelined, the gaps between one completion and the next; for `directory`, each line's
-//! own (see [`directory`]).
+//! are pipelined, the gaps between one completion and the next; for `scale_hosted`, the time
+//! until all sessions were owned, and on its probe lines each journal's wait (see [`hosted`]);
+//! for `directory`, each line's own (see [`directory`]).
 
 mod directory;
 mod hosted;
