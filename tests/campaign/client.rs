@@ -3,8 +3,9 @@
 //! retried with the same id until it is answered; asks `Validate` whether its epoch is still
 //! the owner's, as a resource outside etcd would, also for a while after the ownership ends (a
 //! `current` answer counts as having seen the session valid when the call was sent: invariant 5
-//! holds the sidecar's linearizable read to it); and stops at once on `Lost`, on the stream's end, on a refusal or on a `Validate` that
-//! says another epoch owns the session, as the sidecar's one rule says.
+//! holds the sidecar's linearizable read to it); and stops at once on `Lost`, on the stream's
+//! end, on a refusal or on a `Validate` that says another epoch owns the session, as the
+//! sidecar's one rule says.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -197,10 +198,8 @@ async fn validator(
     let ask = Asker {
         node,
         client: client.clone(),
-        request: ValidateRequest {
-            session: session.to_string(),
-            epoch,
-        },
+        session,
+        epoch,
         history: history.clone(),
     };
     while !owned.is_cancelled() {
@@ -231,7 +230,8 @@ async fn validator(
 struct Asker {
     node: usize,
     client: LeaseholdClient<Channel>,
-    request: ValidateRequest,
+    session: Uuid,
+    epoch: u64,
     history: Arc<History>,
 }
 
@@ -239,13 +239,16 @@ impl Asker {
     /// Whether the epoch is current (noted as seen valid when it is); `None` if the call failed.
     async fn current(&self) -> Option<bool> {
         let sent = Instant::now();
-        let mut call = tonic::Request::new(self.request.clone());
+        let mut call = tonic::Request::new(ValidateRequest {
+            session: self.session.to_string(),
+            epoch: self.epoch,
+        });
         call.set_timeout(Duration::from_secs(2));
         let answer = self.client.clone().validate(call).await.ok()?.into_inner();
         if answer.current {
-            let session = self.request.session.parse().expect("a UUID");
-            let epoch = Epoch(self.request.epoch);
-            self.history.seen_valid_at(session, epoch, self.node, sent);
+            let epoch = Epoch(self.epoch);
+            self.history
+                .seen_valid_at(self.session, epoch, self.node, sent);
             self.history.validated.fetch_add(1, Ordering::Relaxed);
         }
         Some(answer.current)

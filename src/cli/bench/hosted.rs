@@ -284,8 +284,8 @@ impl Bench {
 
     /// Asks every journal `host` owns for an append, spread over [`PROBE_SPREAD`], with
     /// `fault` started a third of the way in, and waits for every answer: each journal's
-    /// wait for its append. Fails if a session was given up
-    /// meanwhile, an append failed or a journal did not answer in time.
+    /// wait for its append. Fails if a session was given up meanwhile, an append failed or a
+    /// journal did not answer in time.
     async fn probe(
         &self,
         what: &str,
