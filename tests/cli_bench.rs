@@ -75,6 +75,56 @@ async fn json_lines_follow_the_schema_and_progress_goes_to_stderr() {
     assert!(0.0 < p50 && p50 <= p99, "{p50} {p99}");
 }
 
+/// The sidecar scenario reports each of its lines beside the transport's bound: a no-op call
+/// over the same channel, with and without an in-process append after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sidecar_scenario_reports_the_transports_bound_beside_its_own() {
+    let etcd = leasehold::testing::etcd_binary("3.5.16")
+        .await
+        .expect("the etcd binary");
+    let output = tokio::task::spawn_blocking(move || {
+        bench(&["sidecar_append", "--rounds", "1", "--json"], &etcd)
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let results: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let metrics: Vec<&str> = results
+        .iter()
+        .map(|result| result["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        metrics,
+        [
+            "sequential",
+            "sequential, bound",
+            "64 concurrent callers",
+            "64 callers, bound",
+            "64 callers, no-op calls",
+            "64 callers, per txn"
+        ]
+    );
+    for result in &results {
+        assert_eq!(result["scenario"], "sidecar_append");
+        let (ours, baseline) = (
+            result["ours"].as_f64().unwrap(),
+            result["baseline"].as_f64().unwrap(),
+        );
+        assert!(ours > 0.0 && baseline > 0.0, "{result}");
+    }
+    // A line and its bound are measured against the same in-process rounds.
+    assert_eq!(results[0]["baseline"], results[1]["baseline"]);
+    assert_eq!(results[2]["baseline"], results[3]["baseline"]);
+    assert_eq!(results[2]["baseline"], results[4]["baseline"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_exits_2() {
     let etcd = leasehold::testing::etcd_binary("3.5.16")

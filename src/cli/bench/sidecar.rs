@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::Journal;
 use leasehold::Uuid;
 use leasehold::sidecar::proto::leasehold_client::LeaseholdClient;
 use leasehold::sidecar::proto::{
@@ -11,7 +12,9 @@ use leasehold::sidecar::proto::{
 use leasehold::sidecar::{Sidecar, SidecarOptions};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 
 use super::{Bench, Better, Rounds};
 use crate::cli::Failure;
@@ -20,6 +23,12 @@ impl Bench {
     /// Appends through `leasehold serve`'s service (a tonic client over loopback TCP, each call
     /// with a request id) vs in-process `Journal::append` on the same store: one after the
     /// other, then 64 concurrent callers on one journal each way.
+    ///
+    /// Beside them, the transport's bound: what a sidecar that cost nothing beyond its calls
+    /// would reach. Each of its appends is a no-op call over the same channel (the sidecar's
+    /// `grpc.health.v1.Health/Check`, answered from memory) followed by an in-process append,
+    /// one after the other and with 64 callers; its ratio to in-process is the highest the
+    /// sidecar's can be on this machine.
     pub(super) async fn sidecar_append(&self) -> Result<(), Failure> {
         const PER: usize = 200;
         const CALLERS: usize = 64;
@@ -44,9 +53,13 @@ impl Bench {
                     .await
             }
         }));
-        let client = LeaseholdClient::connect(address)
+        let channel = Endpoint::from_shared(address)
+            .map_err(Failure::runtime)?
+            .connect()
             .await
             .map_err(Failure::runtime)?;
+        let client = LeaseholdClient::new(channel.clone());
+        let noop = Noop(HealthClient::new(channel));
         // The sidecar's session, owned through an Attach stream for the whole scenario.
         let session = Uuid::new_v4().to_string();
         let (requests, receiver) = tokio::sync::mpsc::channel(4);
@@ -81,6 +94,8 @@ impl Bench {
         // etcd's count of transactions it started, to tell how many appends each carried.
         let txns = || self.etcd_txns();
         let (mut sequential, mut concurrent) = (Rounds::default(), Rounds::default());
+        let (mut sequential_bound, mut concurrent_bound) = (Rounds::default(), Rounds::default());
+        let mut concurrent_calls = Rounds::default();
         let mut per_txn = Rounds::default();
         let mut calls = 0usize;
         for round in 0..self.rounds {
@@ -89,7 +104,8 @@ impl Bench {
                 round + 1,
                 self.rounds
             ));
-            let (mut ours, mut baseline) = (Duration::ZERO, Duration::ZERO);
+            let (mut ours, mut baseline, mut call) =
+                (Duration::ZERO, Duration::ZERO, Duration::ZERO);
             for _ in 0..PER {
                 let started = Instant::now();
                 remote.append(calls).await.map_err(refused)?;
@@ -102,12 +118,21 @@ impl Bench {
                     .append(vec![7u8; 64])
                     .await
                     .map_err(Failure::runtime)?;
-                baseline += started.elapsed();
+                let appended = started.elapsed();
+                baseline += appended;
+                let started = Instant::now();
+                noop.call().await.map_err(call_failed)?;
+                let called = started.elapsed();
+                call += called;
+                sequential_bound.latencies.push(appended + called);
             }
+            let in_process = PER as f64 / baseline.as_secs_f64();
             sequential.ours.push(PER as f64 / ours.as_secs_f64());
-            sequential
-                .baseline
-                .push(PER as f64 / baseline.as_secs_f64());
+            sequential.baseline.push(in_process);
+            sequential_bound
+                .ours
+                .push(PER as f64 / (baseline + call).as_secs_f64());
+            sequential_bound.baseline.push(in_process);
 
             let (started, txns_before) = (Instant::now(), txns().await?);
             let tasks: Vec<_> = (0..CALLERS)
@@ -143,6 +168,14 @@ impl Bench {
             per_txn
                 .baseline
                 .push(total / (txns().await? - txns_between));
+            let (bound, latencies) = noop.callers(Some(&journal), CALLERS, EACH).await?;
+            concurrent_bound.ours.push(bound);
+            concurrent_bound.baseline.push(rate);
+            concurrent_bound.latencies.extend(latencies);
+            let (calls, latencies) = noop.callers(None, CALLERS, EACH).await?;
+            concurrent_calls.ours.push(calls);
+            concurrent_calls.baseline.push(rate);
+            concurrent_calls.latencies.extend(latencies);
         }
         drop(requests);
         stop.cancel();
@@ -158,11 +191,35 @@ impl Bench {
         );
         self.report(
             "sidecar_append",
+            "sequential, bound",
+            "appends/s",
+            "in-process Journal::append",
+            Better::Higher,
+            sequential_bound,
+        );
+        self.report(
+            "sidecar_append",
             "64 concurrent callers",
             "appends/s",
             "in-process, 64 callers",
             Better::Higher,
             concurrent,
+        );
+        self.report(
+            "sidecar_append",
+            "64 callers, bound",
+            "appends/s",
+            "in-process, 64 callers",
+            Better::Higher,
+            concurrent_bound,
+        );
+        self.report(
+            "sidecar_append",
+            "64 callers, no-op calls",
+            "calls/s",
+            "in-process appends, 64 callers",
+            Better::Higher,
+            concurrent_calls,
         );
         self.report(
             "sidecar_append",
@@ -200,6 +257,68 @@ impl Remote {
     }
 }
 
+/// A call that does nothing, over the sidecar's channel: what the transport alone costs.
+#[derive(Clone)]
+struct Noop(HealthClient<Channel>);
+
+impl Noop {
+    /// One `grpc.health.v1.Health/Check` of the whole server.
+    async fn call(&self) -> Result<(), tonic::Status> {
+        self.0
+            .clone()
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// `callers` concurrent callers, each making `each` no-op calls, each followed by an
+    /// in-process append of one 64-byte event to `journal` if there is one: calls/s, and the
+    /// time of each call (with its append).
+    async fn callers(
+        &self,
+        journal: Option<&Arc<Journal>>,
+        callers: usize,
+        each: usize,
+    ) -> Result<(f64, Vec<Duration>), Failure> {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let (noop, journal) = (self.clone(), journal.cloned());
+                AbortOnDropHandle::new(tokio::spawn(async move {
+                    let mut latencies = Vec::with_capacity(each);
+                    for _ in 0..each {
+                        let pair = Instant::now();
+                        noop.call().await.map_err(Err)?;
+                        if let Some(journal) = &journal {
+                            journal.append(vec![7u8; 64]).await.map_err(Ok)?;
+                        }
+                        latencies.push(pair.elapsed());
+                    }
+                    Ok::<_, Result<_, tonic::Status>>(latencies)
+                }))
+            })
+            .collect();
+        let mut all = Vec::with_capacity(callers * each);
+        for task in tasks {
+            match task.await.map_err(Failure::runtime)? {
+                Ok(latencies) => all.extend(latencies),
+                Err(Ok(appending)) => return Err(Failure::runtime(appending)),
+                Err(Err(calling)) => return Err(call_failed(calling)),
+            }
+        }
+        Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+    }
+}
+
 fn refused(status: tonic::Status) -> Failure {
     Failure::message(format!("append through the sidecar: {status}"), 1)
+}
+
+fn call_failed(status: tonic::Status) -> Failure {
+    Failure::message(
+        format!("a no-op call to the sidecar (health check): {status}"),
+        1,
+    )
 }
