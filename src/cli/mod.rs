@@ -187,16 +187,17 @@ enum Command {
     /// Its own etcd unless --endpoints; on a cluster of yours it writes in a namespace of its
     /// own beside --namespace, `{namespace}-demo-XXXXXXXX` (8 random hex digits; with --user,
     /// the role needs readwrite on the prefix `{namespace}-demo-`), and deletes that prefix
-    /// however it ends, giving up after 10 s. SIGINT or SIGTERM stops it: exit code 130.
-    /// Node lease TTL 3 s, safety margin 1 s (--ttl and --margin are ignored).
+    /// however it ends, giving up when etcd does not answer for 10 s. SIGINT or SIGTERM stops
+    /// it: exit code 130. Node lease TTL 3 s, safety margin 1 s (--ttl and --margin are
+    /// ignored).
     Demo,
     /// What leasehold costs against what it replaces, measured side by side.
     ///
     /// Its own etcd unless --endpoints; on a cluster of yours it writes in a namespace of its
     /// own beside --namespace, `{namespace}-bench-XXXXXXXX` (8 random hex digits), and deletes
     /// that prefix however it ends (done, a scenario's error, SIGINT or SIGTERM), giving up
-    /// after 10 s. SIGINT or SIGTERM stops it: exit code 130. Each scenario sets its own node
-    /// lease TTL and margin (--ttl and --margin are ignored).
+    /// when etcd does not answer for 10 s. SIGINT or SIGTERM stops it: exit code 130. Each
+    /// scenario sets its own node lease TTL and margin (--ttl and --margin are ignored).
     Bench(bench::BenchArgs),
     /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip.
     Owners(admin::OwnersArgs),

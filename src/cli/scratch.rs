@@ -3,7 +3,7 @@
 //! docs/production.md, "Namespaces per tenant"), and removed however the run ends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold::{Connection, Namespace};
 use uuid::Uuid;
@@ -11,9 +11,12 @@ use uuid::Uuid;
 use super::node::Timeline;
 use super::{Common, Failure};
 
-/// How long the removal may take, connecting included: a cluster that does not answer must
-/// not keep the command from exiting.
+/// How long the removal may go without deleting a page of keys, connecting included: a
+/// cluster that does not answer must not keep the command from exiting.
 const REMOVE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How often a long removal says how far it is.
+const SAY_EVERY: Duration = Duration::from_secs(2);
 
 /// Set by a run once it has connected to the cluster, before its first write: a run that never
 /// reached the cluster wrote nothing, and has nothing to remove.
@@ -51,8 +54,9 @@ pub(crate) fn namespace(common: &Common, what: &str) -> Result<Namespace, Failur
 /// Runs `work`, the run of `who` in `namespace`. On SIGINT or SIGTERM it stops `work` (drops
 /// it, and with it its stores, tasks and throwaway etcd) and fails with exit code 130. Then,
 /// on a cluster of the user's (`--endpoints`) that `work` reached, it deletes every key under
-/// the namespace's prefix, however `work` ended, giving up after [`REMOVE_WITHIN`]; it says
-/// on `timeline` what it removed or why it could not. A run that succeeded but whose keys
+/// the namespace's prefix, however `work` ended, a page at a time, giving up when a page takes
+/// longer than [`REMOVE_WITHIN`]; it says on `timeline` how far a long removal is, then what
+/// it removed or why it could not. A run that succeeded but whose keys
 /// could not be removed fails with exit code 1.
 pub(crate) async fn run_then_remove(
     common: &Common,
@@ -73,6 +77,8 @@ pub(crate) async fn run_then_remove(
     if !reached.get() {
         return result;
     }
+    // How many keys are gone so far: each page deleted starts the bound again.
+    let (gone, mut progress) = tokio::sync::watch::channel(0u64);
     let remove = async {
         let options = common
             .connect_options(endpoints.clone())
@@ -81,13 +87,29 @@ pub(crate) async fn run_then_remove(
             .await
             .map_err(|error| super::chain(&error))?;
         connection
-            .delete_prefix(&namespace.prefix())
+            .delete_prefix(&namespace.prefix(), |keys| {
+                gone.send_replace(keys);
+            })
             .await
             .map_err(|error| super::chain(&error))
     };
-    let removed = match tokio::time::timeout(REMOVE_WITHIN, remove).await {
-        Ok(removed) => removed,
-        Err(_) => Err(format!("no answer within {} s", REMOVE_WITHIN.as_secs())),
+    tokio::pin!(remove);
+    let mut said = Instant::now();
+    let removed = loop {
+        tokio::select! {
+            biased;
+            removed = &mut remove => break removed,
+            moved = tokio::time::timeout(REMOVE_WITHIN, progress.changed()) => {
+                if moved.is_err() {
+                    break Err(format!("no answer within {} s", REMOVE_WITHIN.as_secs()));
+                }
+                if said.elapsed() >= SAY_EVERY {
+                    said = Instant::now();
+                    let keys = *progress.borrow_and_update();
+                    timeline.say(who, format_args!("removing namespace {namespace}: {keys} keys so far"));
+                }
+            }
+        }
     };
     match removed {
         Ok(keys) => {
