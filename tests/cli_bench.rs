@@ -19,28 +19,36 @@ fn bench(args: &[&str], etcd: &std::path::Path) -> std::process::Output {
         .expect("runs")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn json_lines_follow_the_schema_and_progress_goes_to_stderr() {
+/// `leasehold bench` with `args`, on an etcd of its own: it succeeds. Its stdout's lines, each
+/// parsed as JSON, and its stderr.
+async fn bench_json(args: &'static [&'static str]) -> (Vec<serde_json::Value>, String) {
     let etcd = leasehold::testing::etcd_binary("3.5.16")
         .await
         .expect("the etcd binary");
-    let output = tokio::task::spawn_blocking(move || {
-        bench(&["group_commit", "--rounds", "1", "--json"], &etcd)
-    })
-    .await
-    .unwrap();
+    let output = tokio::task::spawn_blocking(move || bench(args, &etcd))
+        .await
+        .unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
     );
     assert!(output.status.success(), "{stdout}\n{stderr}");
+    let results = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    (results, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_lines_follow_the_schema_and_progress_goes_to_stderr() {
+    let (results, stderr) = bench_json(&["group_commit", "--rounds", "1", "--json"]).await;
     assert!(
         stderr.contains("bench: group_commit: round 1/1"),
         "{stderr}"
     );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one result line: {stdout}");
-    let result: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    assert_eq!(results.len(), 1, "one result line: {results:?}");
+    let result = &results[0];
     let object = result.as_object().unwrap();
     let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
     keys.sort_unstable();
@@ -79,23 +87,7 @@ async fn json_lines_follow_the_schema_and_progress_goes_to_stderr() {
 /// over the same channel, with and without an in-process append after it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sidecar_scenario_reports_the_transports_bound_beside_its_own() {
-    let etcd = leasehold::testing::etcd_binary("3.5.16")
-        .await
-        .expect("the etcd binary");
-    let output = tokio::task::spawn_blocking(move || {
-        bench(&["sidecar_append", "--rounds", "1", "--json"], &etcd)
-    })
-    .await
-    .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let results: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
+    let (results, _) = bench_json(&["sidecar_append", "--rounds", "1", "--json"]).await;
     let metrics: Vec<&str> = results
         .iter()
         .map(|result| result["metric"].as_str().unwrap())
