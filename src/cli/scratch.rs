@@ -55,9 +55,9 @@ pub(crate) fn namespace(common: &Common, what: &str) -> Result<Namespace, Failur
 /// it, and with it its stores, tasks and throwaway etcd) and fails with exit code 130. Then,
 /// on a cluster of the user's (`--endpoints`) that `work` reached, it deletes every key under
 /// the namespace's prefix, however `work` ended, a page at a time, giving up when a page takes
-/// longer than [`REMOVE_WITHIN`]; it says on `timeline` how far a long removal is, then what
-/// it removed or why it could not. A run that succeeded but whose keys
-/// could not be removed fails with exit code 1.
+/// longer than [`REMOVE_WITHIN`]; it says on `timeline` how far a long removal is, then what it
+/// removed or why it could not. A run that succeeded but whose keys could not be removed fails
+/// with exit code 1.
 pub(crate) async fn run_then_remove(
     common: &Common,
     namespace: &Namespace,
@@ -106,7 +106,8 @@ pub(crate) async fn run_then_remove(
                 if said.elapsed() >= SAY_EVERY {
                     said = Instant::now();
                     let keys = *progress.borrow_and_update();
-                    timeline.say(who, format_args!("removing namespace {namespace}: {keys} keys so far"));
+                    let so_far = format_args!("removing namespace {namespace}: {keys} keys so far");
+                    timeline.say(who, so_far);
                 }
             }
         }
