@@ -6,9 +6,8 @@ use std::time::Duration;
 use etcd_client::{Txn, TxnOp};
 use leasehold::Journal;
 use tokio::time::Instant;
-use tokio_util::task::AbortOnDropHandle;
 
-use super::{Bench, Better, Rounds};
+use super::{Bench, Better, Rounds, timed_callers};
 use crate::cli::Failure;
 
 impl Bench {
@@ -109,35 +108,22 @@ impl Bench {
             let (rate, latencies) = appenders(journals.iter().cloned(), EACH).await?;
             rounds.ours.push(rate);
             rounds.latencies.extend(latencies);
-            let started = Instant::now();
-            let writers: Vec<_> = (0..SESSIONS)
-                .map(|s| {
-                    let (raw, key) = (self.raw.clone(), format!("{prefix}/{s}"));
-                    AbortOnDropHandle::new(tokio::spawn(async move {
-                        for i in 0..EACH {
-                            let txn = Txn::new().and_then([
-                                TxnOp::put(
-                                    format!("{key}/r/{:020}", round * EACH + i),
-                                    vec![7u8; 64],
-                                    None,
-                                ),
-                                TxnOp::put(format!("{key}/tip"), vec![7u8; 41], None),
-                            ]);
-                            raw.clone().txn(txn).await?;
-                        }
-                        Ok::<_, etcd_client::Error>(())
-                    }))
-                })
-                .collect();
-            for writer in writers {
-                writer
-                    .await
-                    .map_err(Failure::runtime)?
-                    .map_err(Failure::runtime)?;
-            }
-            rounds
-                .baseline
-                .push((SESSIONS * EACH) as f64 / started.elapsed().as_secs_f64());
+            let (raw, prefix) = (self.raw.clone(), prefix.clone());
+            let raw_txn = move |s: usize, i: usize| {
+                let key = format!("{prefix}/{s}");
+                let txn = Txn::new().and_then([
+                    TxnOp::put(
+                        format!("{key}/r/{:020}", round * EACH + i),
+                        vec![7u8; 64],
+                        None,
+                    ),
+                    TxnOp::put(format!("{key}/tip"), vec![7u8; 41], None),
+                ]);
+                let mut raw = raw.clone();
+                async move { raw.txn(txn).await.map(drop) }
+            };
+            let (rate, _) = timed_callers(SESSIONS, EACH, raw_txn, Failure::runtime).await?;
+            rounds.baseline.push(rate);
         }
         drop(journals);
         drop(leases);
@@ -161,27 +147,15 @@ pub(super) async fn appenders(
     writers: impl Iterator<Item = Arc<Journal>>,
     each: usize,
 ) -> Result<(f64, Vec<Duration>), Failure> {
-    let started = Instant::now();
-    let tasks: Vec<_> = writers
-        .map(|journal| {
-            AbortOnDropHandle::new(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(each);
-                for _ in 0..each {
-                    let call = Instant::now();
-                    journal.append(vec![7u8; 64]).await?;
-                    latencies.push(call.elapsed());
-                }
-                Ok::<_, leasehold::JournalWriteError>(latencies)
-            }))
-        })
-        .collect();
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(
-            task.await
-                .map_err(Failure::runtime)?
-                .map_err(Failure::runtime)?,
-        );
-    }
-    Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+    let writers: Arc<[Arc<Journal>]> = writers.collect();
+    timed_callers(
+        writers.len(),
+        each,
+        move |writer, _| {
+            let journal = writers[writer].clone();
+            async move { journal.append(vec![7u8; 64]).await.map(drop) }
+        },
+        Failure::runtime,
+    )
+    .await
 }

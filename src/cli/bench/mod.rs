@@ -133,6 +133,42 @@ struct Bench {
     json: bool,
 }
 
+/// `callers` tasks at once, each making `each` calls of `call(caller, i)` one after the other:
+/// the calls/s of all of them together, and each call's time. A call's error, as `failed`
+/// makes it, ends the run.
+async fn timed_callers<C, F, E>(
+    callers: usize,
+    each: usize,
+    call: C,
+    failed: fn(E) -> Failure,
+) -> Result<(f64, Vec<Duration>), Failure>
+where
+    C: Fn(usize, usize) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let started = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let call = call.clone();
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(each);
+                for i in 0..each {
+                    let one = tokio::time::Instant::now();
+                    call(caller, i).await?;
+                    latencies.push(one.elapsed());
+                }
+                Ok::<_, E>(latencies)
+            }))
+        })
+        .collect();
+    let mut all = Vec::with_capacity(callers.saturating_mul(each));
+    for task in tasks {
+        all.extend(task.await.map_err(Failure::runtime)?.map_err(failed)?);
+    }
+    Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)

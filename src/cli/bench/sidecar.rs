@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::{Bench, Better, Rounds};
+use super::{Bench, Better, Rounds, timed_callers};
 use crate::cli::Failure;
 
 impl Bench {
@@ -134,31 +134,16 @@ impl Bench {
                 .push(PER as f64 / (baseline + call).as_secs_f64());
             sequential_bound.baseline.push(in_process);
 
-            let (started, txns_before) = (Instant::now(), txns().await?);
-            let tasks: Vec<_> = (0..CALLERS)
-                .map(|caller| {
-                    let remote = remote.clone();
-                    let first = calls + caller * EACH;
-                    AbortOnDropHandle::new(tokio::spawn(async move {
-                        let mut latencies = Vec::with_capacity(EACH);
-                        for i in 0..EACH {
-                            let call = Instant::now();
-                            remote.append(first + i).await?;
-                            latencies.push(call.elapsed());
-                        }
-                        Ok::<_, tonic::Status>(latencies)
-                    }))
-                })
-                .collect();
-            for task in tasks {
-                concurrent
-                    .latencies
-                    .extend(task.await.map_err(Failure::runtime)?.map_err(refused)?);
-            }
+            let txns_before = txns().await?;
+            let (first, each_remote) = (calls, remote.clone());
+            let append = move |caller: usize, i: usize| {
+                let remote = each_remote.clone();
+                async move { remote.append(first + caller * EACH + i).await }
+            };
+            let (rate, latencies) = timed_callers(CALLERS, EACH, append, refused).await?;
             calls += CALLERS * EACH;
-            concurrent
-                .ours
-                .push((CALLERS * EACH) as f64 / started.elapsed().as_secs_f64());
+            concurrent.ours.push(rate);
+            concurrent.latencies.extend(latencies);
             let (txns_between, total) = (txns().await?, (CALLERS * EACH) as f64);
             per_txn.ours.push(total / (txns_between - txns_before));
             let (rate, _) =
@@ -282,33 +267,22 @@ impl Noop {
         callers: usize,
         each: usize,
     ) -> Result<(f64, Vec<Duration>), Failure> {
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..callers)
-            .map(|_| {
-                let (noop, journal) = (self.clone(), journal.cloned());
-                AbortOnDropHandle::new(tokio::spawn(async move {
-                    let mut latencies = Vec::with_capacity(each);
-                    for _ in 0..each {
-                        let pair = Instant::now();
-                        noop.call().await.map_err(Err)?;
-                        if let Some(journal) = &journal {
-                            journal.append(vec![7u8; 64]).await.map_err(Ok)?;
-                        }
-                        latencies.push(pair.elapsed());
-                    }
-                    Ok::<_, Result<_, tonic::Status>>(latencies)
-                }))
-            })
-            .collect();
-        let mut all = Vec::with_capacity(callers * each);
-        for task in tasks {
-            match task.await.map_err(Failure::runtime)? {
-                Ok(latencies) => all.extend(latencies),
-                Err(Ok(appending)) => return Err(Failure::runtime(appending)),
-                Err(Err(calling)) => return Err(call_failed(calling)),
+        let (noop, journal) = (self.clone(), journal.cloned());
+        let call = move |_, _| {
+            let (noop, journal) = (noop.clone(), journal.clone());
+            async move {
+                noop.call().await.map_err(Err)?;
+                if let Some(journal) = journal {
+                    journal.append(vec![7u8; 64]).await.map_err(Ok)?;
+                }
+                Ok(())
             }
-        }
-        Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+        };
+        timed_callers(callers, each, call, |failed| match failed {
+            Ok(appending) => Failure::runtime(appending),
+            Err(calling) => call_failed(calling),
+        })
+        .await
     }
 }
 
