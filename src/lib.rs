@@ -133,9 +133,9 @@ pub use etcd::{
 };
 pub use host::{GiveUp, HostEvent, HostEvents, HostOptions, NotOwner, Route, SessionHost};
 pub use journal::{
-    AppendError, Appended, DecodeError, Deleted, Event, Fence, Journal, JournalLeaseLostError,
-    JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError, Record, Replay, ReplayError,
-    ReplayOptions, RetentionError, Tip, Trimmed,
+    AppendError, Appended, DecodeError, Deleted, Event, Fence, Found, IdempotencyKey, Journal,
+    JournalLeaseLostError, JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError,
+    Record, Replay, ReplayError, ReplayOptions, RetentionError, Tip, Trimmed, Unknowable,
 };
 pub use keys::{InvalidNamespaceError, Namespace};
 pub use lease::{

@@ -80,3 +80,42 @@ async fn a_standby_gives_up_cleanly_at_its_deadline() {
     assert!(puts.is_err(), "B acquired after its standby ended");
     assert_eq!(common::create_revision(&etcd.raw, &key).await, 0);
 }
+
+/// The standby's backstop against a lost watch event is a read of the owner key: while the key
+/// is held, re-checks send no transaction (each would be a raft proposal, even when its compare
+/// fails); once the key is gone, the acquisition goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standbys_recheck_reads_and_sends_no_transaction_while_the_key_is_held() {
+    let etcd = common::Etcd::start().await;
+    let a = etcd.store("a", 10).await;
+    let options = leasehold::StoreOptions::new([etcd.node.endpoint()])
+        .with_namespace(etcd.ns.clone())
+        .with_node("b")
+        .with_ttl(Duration::from_secs(10), Duration::from_secs(1))
+        .with_standby_recheck(Duration::from_millis(100));
+    let b = leasehold::Store::connect(options).await.unwrap();
+    let session = Uuid::new_v4();
+    let held = a.acquire_lease(session).await.unwrap();
+
+    // --- phase: 2 s of standing by, some 20 re-checks: one transaction, the first attempt
+    let before = common::txns(etcd.node.endpoint()).await;
+    let waited = b.acquire_lease_wait(session, Duration::from_secs(2)).await;
+    assert!(
+        matches!(waited, Err(AcquireError::TimedOut { .. })),
+        "{waited:?}"
+    );
+    let sent = common::txns(etcd.node.endpoint()).await - before;
+    assert_eq!(sent, 1.0, "the first attempt only; the re-checks read");
+
+    // --- phase: released: the standby acquires
+    let standby = tokio::spawn(async move {
+        let lease = b.acquire_lease_wait(session, Duration::from_secs(10)).await;
+        (lease.map(|lease| lease.epoch()), b)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let (epoch, b) = standby.await.unwrap();
+    assert!(epoch.unwrap() > held.epoch());
+    a.close().await;
+    b.close().await;
+}

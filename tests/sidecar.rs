@@ -9,8 +9,9 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use leasehold::sidecar::proto::leasehold_client::LeaseholdClient;
 use leasehold::sidecar::proto::{
-    Acquire, AppendRequest, AppendResponse, AttachRequest, AttachResponse, Release, ReplayRequest,
-    ReplayResponse, ValidateRequest, attach_request, attach_response, replay_response,
+    Acquire, Acquired, AppendRequest, AppendResponse, AttachRequest, AttachResponse, Release,
+    ReplayRequest, ReplayResponse, ValidateRequest, attach_request, attach_response,
+    replay_response,
 };
 use leasehold::sidecar::{DOMAIN, Sidecar, SidecarOptions};
 use leasehold::testing::FaultProxy;
@@ -137,19 +138,38 @@ impl Attached {
     }
 }
 
-fn acquired(event: attach_response::Event) -> leasehold::sidecar::proto::Acquired {
+fn acquired(event: attach_response::Event) -> Acquired {
     match event {
         attach_response::Event::Acquired(acquired) => acquired,
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
 
-fn append(session: &str, epoch: u64, payloads: &[&str], request_id: &str) -> AppendRequest {
+/// An append for the ownership `owned` (its session, epoch and token).
+fn append(owned: &Acquired, payloads: &[&str], request_id: &str) -> AppendRequest {
+    append_as(
+        &owned.session,
+        owned.epoch,
+        &owned.token,
+        payloads,
+        request_id,
+    )
+}
+
+/// An append under `session`, `epoch` and `token`, whoever's they are.
+fn append_as(
+    session: &str,
+    epoch: u64,
+    token: &[u8],
+    payloads: &[&str],
+    request_id: &str,
+) -> AppendRequest {
     AppendRequest {
         session: session.to_owned(),
         epoch,
         payloads: payloads.iter().map(|p| p.as_bytes().to_vec()).collect(),
         request_id: request_id.to_owned(),
+        token: token.to_vec(),
     }
 }
 
@@ -217,19 +237,19 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
     // --- phase: append, and its retry lands once
     let client = &mut served.client;
     let first = client
-        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .append(append(&owned, &["a", "b", "c"], "r1"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((first.first_seq, first.last_seq), (2, 4));
     let retried = client
-        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .append(append(&owned, &["a", "b", "c"], "r1"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(retried, first, "the retry answers the first call");
     let reused = client
-        .append(append(&session, owned.epoch, &["other"], "r1"))
+        .append(append(&owned, &["other"], "r1"))
         .await
         .unwrap_err();
     assert_eq!(reused.code(), Code::InvalidArgument);
@@ -237,15 +257,10 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
     // Concurrent calls share transactions, and each is answered its own place.
     let calls = (0..16).map(|i| {
         let mut client = client.clone();
-        let session = session.clone();
+        let owned = owned.clone();
         async move {
             client
-                .append(append(
-                    &session,
-                    owned.epoch,
-                    &[&format!("c{i}")],
-                    &format!("c{i}"),
-                ))
+                .append(append(&owned, &[&format!("c{i}")], &format!("c{i}")))
                 .await
                 .unwrap()
                 .into_inner()
@@ -288,10 +303,7 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
     }
     // The snapshot's last record, then what commits after it.
     assert_eq!(next(&mut follow).await.seq, 20);
-    client
-        .append(append(&session, owned.epoch, &["live"], ""))
-        .await
-        .unwrap();
+    client.append(append(&owned, &["live"], "")).await.unwrap();
     let live = next(&mut follow).await;
     assert_eq!(live.seq, 21);
     assert_eq!(
@@ -331,7 +343,7 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
         .into_inner();
     assert_eq!((gone.current, gone.owner_epoch), (false, 0));
     let refused = client
-        .append(append(&session, owned.epoch, &["late"], ""))
+        .append(append(&owned, &["late"], ""))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition);
@@ -342,7 +354,7 @@ async fn a_client_owns_appends_retries_once_replays_follows_validates_and_releas
     );
     // A retry of a request made while owned still answers what it came to.
     let again = client
-        .append(append(&session, owned.epoch, &["a", "b", "c"], "r1"))
+        .append(append(&owned, &["a", "b", "c"], "r1"))
         .await
         .unwrap()
         .into_inner();
@@ -364,7 +376,7 @@ async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_
     let mut first = Attached::open(&mut one).await;
     let owned = acquired(first.acquire(&session, None).await);
     let first_call = one
-        .append(append(&session, owned.epoch, &["first's"], "f1"))
+        .append(append(&owned, &["first's"], "f1"))
         .await
         .unwrap()
         .into_inner();
@@ -398,7 +410,7 @@ async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_
     // --- phase: a retry of the first owner's committed call, after the handover, is still
     // answered what it came to (it must never be told it failed)
     let retried = two
-        .append(append(&session, owned.epoch, &["first's"], "f1"))
+        .append(append(&owned, &["first's"], "f1"))
         .await
         .expect("a retry of a committed call is answered its result")
         .into_inner();
@@ -406,7 +418,7 @@ async fn a_stream_that_ends_releases_its_sessions_and_the_next_owner_fences_the_
 
     // --- phase: the dead stream's epoch is fenced, and nothing it sends lands
     let stale = two
-        .append(append(&session, owned.epoch, &["stale"], ""))
+        .append(append(&owned, &["stale"], ""))
         .await
         .unwrap_err();
     assert_eq!(stale.code(), Code::FailedPrecondition);
@@ -440,28 +452,28 @@ async fn every_refusal_is_a_status_with_its_reason() {
     };
 
     // --- phase: input the journal refuses before sending
-    let empty = client
-        .append(append(&session, owned.epoch, &[], ""))
-        .await
-        .unwrap_err();
+    let empty = client.append(append(&owned, &[], "")).await.unwrap_err();
     refused(empty, Code::InvalidArgument, "EMPTY");
     let many: Vec<String> = (0..200).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    let too_many = client
-        .append(append(&session, owned.epoch, &many, ""))
-        .await
-        .unwrap_err();
+    let too_many = client.append(append(&owned, &many, "")).await.unwrap_err();
     refused(too_many, Code::InvalidArgument, "TOO_MANY_RECORDS");
     let big = "x".repeat(2 * 1024 * 1024);
     let too_large = client
-        .append(append(&session, owned.epoch, &[&big], ""))
+        .append(append(&owned, &[&big], ""))
         .await
         .unwrap_err();
     refused(too_large, Code::InvalidArgument, "TOO_LARGE");
 
     // --- phase: malformed requests: INVALID_ARGUMENT with a BadRequest
     let malformed = client
-        .append(append("not-a-uuid", owned.epoch, &["x"], ""))
+        .append(append_as(
+            "not-a-uuid",
+            owned.epoch,
+            &owned.token,
+            &["x"],
+            "",
+        ))
         .await
         .unwrap_err();
     assert_eq!(malformed.code(), Code::InvalidArgument);
@@ -488,17 +500,35 @@ async fn every_refusal_is_a_status_with_its_reason() {
 
     // --- phase: ownership: another epoch, another session
     let newer = client
-        .append(append(&session, owned.epoch + 1, &["x"], ""))
+        .append(append_as(
+            &session,
+            owned.epoch + 1,
+            &owned.token,
+            &["x"],
+            "",
+        ))
         .await
         .unwrap_err();
     refused(newer, Code::FailedPrecondition, "NOT_OWNER");
     let older = client
-        .append(append(&session, owned.epoch - 1, &["x"], ""))
+        .append(append_as(
+            &session,
+            owned.epoch - 1,
+            &owned.token,
+            &["x"],
+            "",
+        ))
         .await
         .unwrap_err();
     refused(older, Code::FailedPrecondition, "FENCED");
     let elsewhere = client
-        .append(append(&Uuid::new_v4().to_string(), 5, &["x"], ""))
+        .append(append_as(
+            &Uuid::new_v4().to_string(),
+            5,
+            &owned.token,
+            &["x"],
+            "",
+        ))
         .await
         .unwrap_err();
     refused(elsewhere, Code::FailedPrecondition, "NOT_OWNER");
@@ -522,10 +552,7 @@ async fn every_refusal_is_a_status_with_its_reason() {
         }
         other => panic!("expected Lost, got {other:?}"),
     }
-    let lost = client
-        .append(append(&session, owned.epoch, &["x"], ""))
-        .await
-        .unwrap_err();
+    let lost = client.append(append(&owned, &["x"], "")).await.unwrap_err();
     assert_eq!(reason(&lost).1["loss"], "revoked");
     refused(lost, Code::FailedPrecondition, "LEASE_LOST");
 
@@ -559,14 +586,14 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     let owned = acquired(attached.acquire(&session, None).await);
     let client = &mut served.client;
     client
-        .append(append(&session, owned.epoch, &["before"], "r0"))
+        .append(append(&owned, &["before"], "r0"))
         .await
         .unwrap();
 
     // --- phase: etcd applies, its replies are lost until the lease runs out
     proxy.drop_replies();
     let unknown = client
-        .append(append(&session, owned.epoch, &["once"], "r1"))
+        .append(append(&owned, &["once"], "r1"))
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), Code::Unavailable, "{unknown:?}");
@@ -589,10 +616,7 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     proxy.heal();
     let settled = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
-            match client
-                .append(append(&session, owned.epoch, &["once"], "r1"))
-                .await
-            {
+            match client.append(append(&owned, &["once"], "r1")).await {
                 Ok(settled) => return settled.into_inner(),
                 Err(status) if status.code() == Code::Unavailable => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -607,8 +631,9 @@ async fn an_unknown_outcome_is_settled_by_its_retry_and_appended_once() {
     let seen = events(&replay(client, &session, false).await);
     assert_eq!(seen, [(2, "before".to_owned()), (3, "once".to_owned())]);
     assert_eq!(
-        (retries(&etcd, "settled"), retries(&etcd, "remembered")),
-        (1.0, 0.0)
+        retries(&etcd, "journal"),
+        1.0,
+        "answered from the journal's records"
     );
     drop(attached);
     served.shutdown().await;
@@ -627,7 +652,7 @@ async fn an_unknown_outcome_that_never_applied_is_settled_lease_lost() {
 
     proxy.blackhole();
     let unknown = client
-        .append(append(&session, owned.epoch, &["never"], "r1"))
+        .append(append(&owned, &["never"], "r1"))
         .await
         .unwrap_err();
     assert_eq!(reason(&unknown).0, "OUTCOME_UNKNOWN", "{unknown:?}");
@@ -636,10 +661,7 @@ async fn an_unknown_outcome_that_never_applied_is_settled_lease_lost() {
     proxy.heal();
     let settled = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
-            match client
-                .append(append(&session, owned.epoch, &["never"], "r1"))
-                .await
-            {
+            match client.append(append(&owned, &["never"], "r1")).await {
                 Err(status) if status.code() == Code::Unavailable => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -747,7 +769,7 @@ async fn a_caller_that_gives_up_mid_append_is_answered_by_its_retry() {
 
     // --- phase: etcd's replies held; the caller's deadline passes
     proxy.hold_replies();
-    let mut request = tonic::Request::new(append(&session, owned.epoch, &["once"], "r1"));
+    let mut request = tonic::Request::new(append(&owned, &["once"], "r1"));
     request.set_timeout(Duration::from_millis(300));
     let gave_up = client.append(request).await.unwrap_err();
     assert_eq!(gave_up.code(), Code::Cancelled, "{gave_up:?}");
@@ -755,7 +777,7 @@ async fn a_caller_that_gives_up_mid_append_is_answered_by_its_retry() {
     // --- phase: the replies flow; the retry learns what the append came to
     proxy.heal();
     let retried = client
-        .append(append(&session, owned.epoch, &["once"], "r1"))
+        .append(append(&owned, &["once"], "r1"))
         .await
         .expect("the retry is answered")
         .into_inner();
@@ -875,7 +897,7 @@ async fn an_unknown_outcome_whose_record_was_trimmed_away_stays_unknown() {
     // --- phase: the append commits (seq 2), its replies lost until the lease runs out
     proxy.drop_replies();
     let unknown = client
-        .append(append(&session, owned.epoch, &["committed"], "r1"))
+        .append(append(&owned, &["committed"], "r1"))
         .await
         .unwrap_err();
     assert_eq!(reason(&unknown).0, "OUTCOME_UNKNOWN", "{unknown:?}");
@@ -907,7 +929,7 @@ async fn an_unknown_outcome_whose_record_was_trimmed_away_stays_unknown() {
     proxy.heal();
     for _ in 0..3 {
         let retried = client
-            .append(append(&session, owned.epoch, &["committed"], "r1"))
+            .append(append(&owned, &["committed"], "r1"))
             .await
             .unwrap_err();
         assert_eq!(retried.code(), Code::Unavailable, "{retried:?}");
@@ -980,17 +1002,17 @@ async fn the_metrics_count_streams_sessions_calls_and_retries() {
     assert_eq!((streams(), sessions()), (1.0, 2.0));
     assert_eq!(calls("attach", "OK"), 1.0);
 
-    // --- phase: appends, a retry answered from memory, a stale epoch refused
+    // --- phase: appends, a retry answered from the journal, a stale epoch refused
     let client = &mut served.client;
     for request in [
-        append(&one, owned.epoch, &["a"], "m1"),
-        append(&one, owned.epoch, &["a"], "m1"),
-        append(&one, owned.epoch, &["b"], ""),
+        append(&owned, &["a"], "m1"),
+        append(&owned, &["a"], "m1"),
+        append(&owned, &["b"], ""),
     ] {
         client.append(request).await.unwrap();
     }
     let stale = client
-        .append(append(&one, owned.epoch - 1, &["c"], ""))
+        .append(append_as(&one, owned.epoch - 1, &owned.token, &["c"], ""))
         .await
         .unwrap_err();
     assert_eq!(stale.code(), Code::FailedPrecondition);
@@ -1007,7 +1029,7 @@ async fn the_metrics_count_streams_sessions_calls_and_retries() {
     assert_eq!(calls("validate", "OK"), 1.0);
     assert_eq!(calls("replay", "OK"), 1.0);
     assert_eq!(
-        (retries(&etcd, "remembered"), retries(&etcd, "settled")),
+        (retries(&etcd, "journal"), retries(&etcd, "waited")),
         (1.0, 0.0)
     );
 
@@ -1053,7 +1075,7 @@ async fn sequence_exhausted_and_permission_denied_carry_their_reasons() {
     assert_eq!(owned.tip_seq, u64::MAX - 1);
     let exhausted = served
         .client
-        .append(append(&text, owned.epoch, &["last"], "s1"))
+        .append(append(&owned, &["last"], "s1"))
         .await
         .unwrap_err();
     assert_eq!(exhausted.code(), Code::FailedPrecondition, "{exhausted:?}");

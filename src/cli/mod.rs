@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use leasehold::{
     ConnectError, ConnectOptions, Connection, Credentials, FailureClass, Namespace, RetryPolicy,
-    Store, StoreError, StoreOptions, TlsOptions,
+    StoreError, StoreOptions, TlsOptions,
 };
 
 /// What `--help` says after the commands.
@@ -452,14 +452,6 @@ impl Common {
         options.max_in_flight = self.max_in_flight();
         (options.tls, options.credentials) = self.security()?;
         Ok(options)
-    }
-
-    /// Connects a store; configuration errors exit with code 2, an unreachable cluster with
-    /// code 3.
-    pub(crate) async fn store(&self, endpoints: Vec<String>, node: &str) -> Result<Store, Failure> {
-        Store::connect(self.store_options(endpoints, node)?)
-            .await
-            .map_err(store_failure)
     }
 
     /// A connection to the cluster (no node lease); an unreachable cluster exits with code 3.

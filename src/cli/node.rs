@@ -183,6 +183,7 @@ pub(crate) struct Started {
 pub(crate) async fn start(
     common: &Common,
     metrics_addr: Option<std::net::SocketAddr>,
+    options: impl FnOnce(leasehold::StoreOptions) -> leasehold::StoreOptions,
 ) -> Result<Started, Failure> {
     let name = common
         .node
@@ -192,7 +193,12 @@ pub(crate) async fn start(
         Some(addr) => Some(super::serve::install(addr).await?),
         None => None,
     };
-    let store = Arc::new(common.store(common.endpoints(), &name).await?);
+    let options = options(common.store_options(common.endpoints(), &name)?);
+    let store = Arc::new(
+        leasehold::Store::connect(options)
+            .await
+            .map_err(super::store_failure)?,
+    );
     let timeline = Timeline::new();
     let serving = CancellationToken::new();
     if let Some((handle, listener)) = exporter {
@@ -225,7 +231,7 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
         store,
         timeline,
         metrics: _metrics,
-    } = start(common, args.metrics_addr).await?;
+    } = start(common, args.metrics_addr, |options| options).await?;
     timeline.say(
         &name,
         format_args!(

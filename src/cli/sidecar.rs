@@ -33,6 +33,61 @@ pub(crate) struct ServeArgs {
     /// does, e.g. `127.0.0.1:9464`.
     #[arg(long, value_name = "ADDR", env = "LEASEHOLD_METRICS_ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The longest request id an Append takes, in bytes; longer ones are refused
+    /// INVALID_ARGUMENT.
+    #[arg(long, value_name = "BYTES", default_value_t = 128)]
+    max_request_id: usize,
+    /// The most request ids the owned sessions' journals hold together (each about 40 bytes,
+    /// until its ownership ends); past it, appends with a new request id are refused
+    /// RESOURCE_EXHAUSTED (REQUEST_IDS_EXHAUSTED).
+    #[arg(long, value_name = "IDS", default_value_t = 1_000_000)]
+    max_request_ids: usize,
+    /// The most Attach streams open at once; past it, RESOURCE_EXHAUSTED (TOO_MANY_STREAMS).
+    #[arg(long, value_name = "STREAMS", default_value_t = 1024)]
+    max_streams: usize,
+    /// The most sessions one Attach stream owns or acquires at once; past it, the Acquire is
+    /// answered Failed (TOO_MANY_SESSIONS).
+    #[arg(long, value_name = "SESSIONS", default_value_t = 1024)]
+    max_sessions_per_stream: usize,
+    /// The most Replay streams at once, following or not; past it, RESOURCE_EXHAUSTED
+    /// (TOO_MANY_REPLAYS).
+    #[arg(long, value_name = "STREAMS", default_value_t = 256)]
+    max_replays: usize,
+    /// The most WatchOwners streams at once; past it, RESOURCE_EXHAUSTED (TOO_MANY_WATCHES).
+    #[arg(long, value_name = "STREAMS", default_value_t = 256)]
+    max_watches: usize,
+    /// The most payload bytes of Append calls under way at once; past it, RESOURCE_EXHAUSTED
+    /// (TOO_MANY_BYTES_IN_FLIGHT).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    max_bytes_in_flight: usize,
+    /// How long after SIGTERM or SIGINT the process exits at the latest: its sessions are
+    /// released in order within it when etcd answers (those that are not are freed by the
+    /// node lease's TTL), and connections of clients that stopped reading are closed; e.g.
+    /// `10s`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_shutdown)]
+    shutdown_timeout: Duration,
+}
+
+fn parse_shutdown(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(timeout) if timeout <= Duration::from_secs(3600) => Ok(timeout),
+        Ok(_) => Err("at most 1h".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+impl ServeArgs {
+    fn options(&self) -> SidecarOptions {
+        SidecarOptions::default()
+            .with_client_keepalive(self.client_keepalive)
+            .with_max_request_id(self.max_request_id)
+            .with_max_streams(self.max_streams)
+            .with_max_sessions_per_stream(self.max_sessions_per_stream)
+            .with_max_replays(self.max_replays)
+            .with_max_watches(self.max_watches)
+            .with_max_bytes_in_flight(self.max_bytes_in_flight)
+            .with_shutdown_timeout(self.shutdown_timeout)
+    }
 }
 
 fn parse_keepalive(text: &str) -> Result<Duration, String> {
@@ -102,11 +157,14 @@ pub(crate) async fn run(common: &Common, args: &ServeArgs) -> Result<(), Failure
         store,
         timeline,
         metrics: _metrics,
-    } = start(common, args.metrics_addr).await?;
-    let sidecar = Sidecar::new(
-        store.clone(),
-        SidecarOptions::default().with_client_keepalive(args.client_keepalive),
-    );
+    } = start(common, args.metrics_addr, |mut options| {
+        options.journal = options.journal.with_max_keys(args.max_request_ids);
+        options
+    })
+    .await?;
+    let sidecar = Sidecar::new(store.clone(), args.options());
+    // Set when the shutdown begins: the process exits within --shutdown-timeout of it.
+    let stopping = std::sync::OnceLock::new();
     let stop = async {
         tokio::select! {
             () = wait_for_signal() => {}
@@ -114,6 +172,7 @@ pub(crate) async fn run(common: &Common, args: &ServeArgs) -> Result<(), Failure
                 tracing::warn!("etcd denies this node's user the namespace: stopping");
             }
         }
+        let _ = stopping.set(tokio::time::Instant::now());
     };
     let served = match listen {
         Listen::Tcp(addr) => {
@@ -160,8 +219,21 @@ pub(crate) async fn run(common: &Common, args: &ServeArgs) -> Result<(), Failure
         }
     };
     timeline.say(&name, "shutting down");
-    sidecar.shutdown().await;
-    store.close().await;
+    let began = stopping
+        .get()
+        .copied()
+        .unwrap_or_else(tokio::time::Instant::now);
+    let closed = tokio::time::timeout_at(began + args.shutdown_timeout, async {
+        sidecar.shutdown().await;
+        store.close().await;
+    })
+    .await;
+    if closed.is_err() {
+        timeline.say(
+            &name,
+            "sessions still being released at --shutdown-timeout: their node lease's TTL frees them",
+        );
+    }
     timeline.say(&name, "stopped");
     served.map_err(|error| Failure::message(format!("serving failed: {error}"), 1))
 }

@@ -22,6 +22,7 @@ fn event(seq: u64, epoch: u64) -> Record {
         epoch: Epoch(epoch),
         payload: format!("e{seq}").into_bytes(),
         nonce: Uuid::from_u64_pair(epoch, seq),
+        keyed: None,
     })
 }
 

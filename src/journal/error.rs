@@ -144,6 +144,33 @@ pub enum JournalWriteError {
     /// the journal can go on.
     #[error("append failed")]
     Etcd(#[source] EtcdError),
+    /// The idempotency key names an append of other records under this epoch
+    /// ([`Journal::append_with_key`](crate::Journal::append_with_key)). Nothing was appended.
+    /// Permanent for this key.
+    #[error("the idempotency key names an append of other records")]
+    KeyReused,
+    /// An append with this idempotency key committed from sequence number `first_seq`, and
+    /// its records were trimmed since: what it was told can no longer be read back. Nothing
+    /// was appended now. Permanent.
+    #[error(
+        "the idempotency key's append committed from {first_seq}, and its records were trimmed"
+    )]
+    Trimmed {
+        /// The append's first sequence number.
+        first_seq: u64,
+    },
+    /// A record read back for an idempotency key does not decode. Nothing was appended.
+    /// Permanent.
+    #[error("append failed")]
+    Undecodable(#[source] DecodeError),
+    /// The store's open journals hold [`JournalLimits::max_keys`](crate::JournalLimits::max_keys)
+    /// idempotency keys already. Nothing was sent. Transient: keys are freed as journals
+    /// close.
+    #[error("the store's journals hold {max} idempotency keys already")]
+    KeysExhausted {
+        /// The store's limit.
+        max: usize,
+    },
 }
 
 /// Replaying a journal failed.

@@ -114,6 +114,7 @@ async fn fence_at(
         context.namespace.clone(),
         seq,
         seen.mod_revision,
+        &context.keys,
     );
     let answer = context.batcher.fence(&writer, seen.tip).await;
     match answer.result {
@@ -138,11 +139,15 @@ async fn fence_at(
         Err(JournalWriteError::Indeterminate | JournalWriteError::Closed) => Err(
             OpenJournalError::OutcomeUnknown(EtcdError::stopped("open journal")),
         ),
-        // A fence is one record, far within every limit.
+        // A fence is one record, far within every limit, and has no idempotency key.
         Err(
             error @ (JournalWriteError::Empty
             | JournalWriteError::TooManyRecords { .. }
-            | JournalWriteError::TooLarge { .. }),
+            | JournalWriteError::TooLarge { .. }
+            | JournalWriteError::KeyReused
+            | JournalWriteError::Trimmed { .. }
+            | JournalWriteError::Undecodable(_)
+            | JournalWriteError::KeysExhausted { .. }),
         ) => unreachable!("a fence is refused as no fence can be: {error}"),
     }
 }

@@ -17,6 +17,12 @@ pub struct JournalLimits {
     /// Appends of its journals that arrive while all are in flight wait, and the next free
     /// one takes them together, in one transaction (see the [journal docs](super)).
     pub in_flight: usize,
+    /// The most idempotency keys a store's open journals hold together (default 1,000,000):
+    /// each append made with [`Journal::append_with_key`](crate::Journal::append_with_key)
+    /// takes one until its journal is dropped (about 40 bytes of memory), so that a retry of
+    /// it, however late, is never appended again. Past it, such appends are refused with
+    /// [`KeysExhausted`](crate::JournalWriteError::KeysExhausted) until journals close.
+    pub max_keys: usize,
 }
 
 /// The smallest `--max-txn-ops` an append fits in: its three compares.
@@ -33,6 +39,7 @@ impl Default for JournalLimits {
             max_request_bytes: 1_572_864,
             headroom: 1024,
             in_flight: 8,
+            max_keys: 1_000_000,
         }
     }
 }
@@ -59,6 +66,12 @@ impl JournalLimits {
     /// Sets how many append transactions a store has in flight together.
     pub fn with_in_flight(mut self, transactions: usize) -> Self {
         self.in_flight = transactions;
+        self
+    }
+
+    /// Sets how many idempotency keys a store's open journals hold together.
+    pub fn with_max_keys(mut self, keys: usize) -> Self {
+        self.max_keys = keys;
         self
     }
 

@@ -116,6 +116,9 @@ mod cas;
 mod check;
 mod error;
 mod fence;
+mod find;
+mod key;
+mod keyed;
 mod limits;
 #[cfg(feature = "testing")]
 pub(crate) mod mutant;
@@ -135,6 +138,10 @@ use crate::etcd::write::WritePolicy;
 use crate::keys::Namespace;
 use crate::lease::{Epoch, Ownership};
 use crate::metrics::{AppendOutcome, Metrics, Put};
+pub(crate) use find::find;
+pub use find::{Found, Unknowable};
+pub(crate) use keyed::KeyBudget;
+use keyed::{Answering, Begun, Settled};
 use queue::Writer;
 pub(crate) use queue::{Batcher, BatcherParts};
 
@@ -145,12 +152,25 @@ pub use error::{
     ReplayError, RetentionError,
 };
 pub(crate) use fence::{SeenTip, open};
+pub use key::IdempotencyKey;
 pub use limits::{JournalLimits, MAX_IN_FLIGHT, MIN_TXN_OPS, ReplayOptions};
 pub use record::{DecodeError, Event, Fence, Record, Tip};
 pub(crate) use record::{decode_record, decode_tip, seq_of_key};
 pub use replay::Replay;
 pub(crate) use retention::{Authority, Retention, base_of, first_record};
 pub use retention::{Deleted, TRIM_BATCH, Trimmed};
+
+/// Whether a call with an idempotency key was its key's first (for the sidecar's metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+pub(crate) enum Repeat {
+    /// The first call with the key: it was sent.
+    First,
+    /// A later call, told what the first call (under way) came to.
+    Waited,
+    /// A later call, answered from the journal's records.
+    Read,
+}
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,6 +196,8 @@ pub(crate) struct JournalContext {
     pub(crate) stop: CancellationToken,
     /// The store's append queue.
     pub(crate) batcher: Arc<Batcher>,
+    /// The places for the idempotency keys of the store's open journals.
+    pub(crate) keys: Arc<KeyBudget>,
 }
 
 /// A session's journal, open for appending under one lease. One transaction is in flight at a
@@ -250,7 +272,7 @@ impl Journal {
 
     /// The encoded size the limits are checked against, for a batch of these payloads.
     pub fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
-        self.writer.encoded_size(payloads)
+        self.writer.encoded_size(payloads, false)
     }
 
     /// Appends one event. See [`append_batch`](Self::append_batch).
@@ -277,47 +299,196 @@ impl Journal {
         &self,
         payloads: &[P],
     ) -> Result<Appended, JournalWriteError> {
-        self.append_batch_placed(payloads).await.0
+        self.check(payloads, false)?;
+        let owned = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+        let answer = self.context.batcher.append(&self.writer, owned);
+        self.sent(payloads.len(), answer).await
     }
 
-    /// [`append_batch`](Self::append_batch), and the call's place in the transaction that
-    /// took it (its first and last sequence numbers), whatever that came to: `None` if no
-    /// transaction took it. An outcome left unknown is settled later by the record at the
-    /// first: an event of this journal's epoch there means it committed (one journal per
-    /// epoch, and only this transaction of it takes that sequence number while it may apply).
-    pub(crate) async fn append_batch_placed<P: AsRef<[u8]>>(
+    /// Appends events in one transaction, all or none, **at most once for `key`** under this
+    /// journal's epoch: a call with a key already appended is answered where that append's
+    /// records are, and appends nothing.
+    ///
+    /// The key is written into every record of the append (see [`IdempotencyKey`]), so the
+    /// journal's records, not this process's memory, say where an append with it committed.
+    /// A first call costs what [`append_batch`](Self::append_batch) costs: the journal knows
+    /// every key it sent under its epoch (one journal per lease, and only it writes under that
+    /// epoch), so a key it has not sent needs no read. A call with a key it has sent waits for
+    /// that first call if it is still under way and is told the same; after it, one read of
+    /// the append's records answers it (its sequence numbers and revision), once compared with
+    /// this call's payloads. What the first call was refused without applying (fenced, etcd
+    /// unavailable, the lease lost) frees the key: the next call with it is sent anew.
+    ///
+    /// For a retry that comes after the journal is gone (its process restarted, the session
+    /// moved on), [`Store::find_append`](crate::Store::find_append) reads the answer from the
+    /// journal's records.
+    ///
+    /// Fails as [`append_batch`](Self::append_batch) does, and with
+    /// [`KeyReused`](JournalWriteError::KeyReused) when the key names an append of other
+    /// payloads, [`Trimmed`](JournalWriteError::Trimmed) when the key's append committed and
+    /// its records were trimmed since, [`Indeterminate`](JournalWriteError::Indeterminate)
+    /// when its first call's outcome stayed unknown, and
+    /// [`KeysExhausted`](JournalWriteError::KeysExhausted) past
+    /// [`JournalLimits::max_keys`]. Cancel safe as `append_batch`.
+    ///
+    /// ```no_run
+    /// # async fn example(journal: leasehold::Journal) -> Result<(), leasehold::JournalWriteError> {
+    /// use leasehold::IdempotencyKey;
+    ///
+    /// let key = IdempotencyKey::new("order-7/step-3");
+    /// let first = journal.append_with_key(key, &[b"charged card"]).await?;
+    /// // A retry (its caller never heard the answer): told the same, nothing appended.
+    /// let again = journal.append_with_key(key, &[b"charged card"]).await?;
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn append_with_key<P: AsRef<[u8]>>(
         &self,
+        key: IdempotencyKey,
         payloads: &[P],
-    ) -> (Result<Appended, JournalWriteError>, Option<(u64, u64)>) {
-        // What can be refused from the call alone; the journal's condition and the lease are
-        // checked when the call joins the queue, and again when its transaction is formed.
+    ) -> Result<Appended, JournalWriteError> {
+        self.append_keyed(key, payloads).await.0
+    }
+
+    /// [`append_with_key`](Self::append_with_key), and whether this call was its key's first.
+    pub(crate) async fn append_keyed<P: AsRef<[u8]>>(
+        &self,
+        key: IdempotencyKey,
+        payloads: &[P],
+    ) -> (Result<Appended, JournalWriteError>, Repeat) {
+        if let Err(refused) = self.check(payloads, true) {
+            return (Err(refused), Repeat::First);
+        }
+        let digest = keyed::digest(payloads);
+        loop {
+            match self.writer.keys().begin(key, digest) {
+                Begun::First(ticket) => {
+                    let owned = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
+                    let answer = self
+                        .context
+                        .batcher
+                        .append_keyed(&self.writer, ticket, owned);
+                    return (self.sent(payloads.len(), answer).await, Repeat::First);
+                }
+                Begun::Wait(first) => match keyed::settled(first).await {
+                    Settled::Answered(answered) => return (answered, Repeat::Waited),
+                    // Its caller went away before a transaction took it: this call is first.
+                    Settled::Withdrawn => continue,
+                },
+                Begun::Committed(first_seq) => {
+                    return (
+                        self.read_keyed(key, first_seq, payloads).await,
+                        Repeat::Read,
+                    );
+                }
+                Begun::Unknown => return (Err(JournalWriteError::Indeterminate), Repeat::Read),
+                Begun::Reused => return (Err(JournalWriteError::KeyReused), Repeat::Waited),
+                Begun::Exhausted { max } => {
+                    return (Err(JournalWriteError::KeysExhausted { max }), Repeat::First);
+                }
+            }
+        }
+    }
+
+    /// What this journal's append with `key` came to, appending nothing: `None` if no append
+    /// with it was made under this epoch (yet), or none applied; its answer otherwise (read
+    /// from the journal's records, as [`append_with_key`](Self::append_with_key) reads it),
+    /// after waiting for one under way. For a service that answers a retry it may not write
+    /// for itself (its caller is not the session's holder).
+    pub async fn appended_with_key<P: AsRef<[u8]>>(
+        &self,
+        key: IdempotencyKey,
+        payloads: &[P],
+    ) -> Option<Result<Appended, JournalWriteError>> {
+        match self
+            .writer
+            .keys()
+            .begin_answer(key, keyed::digest(payloads))
+        {
+            Answering::Nothing => None,
+            Answering::Wait(first) => match keyed::settled(first).await {
+                Settled::Answered(Ok(appended)) => Some(Ok(appended)),
+                Settled::Answered(Err(error @ JournalWriteError::OutcomeUnknown(_))) => {
+                    Some(Err(error))
+                }
+                // Not appended: refused, or withdrawn.
+                Settled::Answered(Err(_)) | Settled::Withdrawn => None,
+            },
+            Answering::Committed(first_seq) => {
+                Some(self.read_keyed(key, first_seq, payloads).await)
+            }
+            Answering::Unknown => Some(Err(JournalWriteError::Indeterminate)),
+            Answering::Reused => Some(Err(JournalWriteError::KeyReused)),
+        }
+    }
+
+    /// The answer to a call with `key`, whose append committed from `first_seq`, read from
+    /// the journal's records and compared with `payloads`.
+    async fn read_keyed<P: AsRef<[u8]>>(
+        &self,
+        key: IdempotencyKey,
+        first_seq: u64,
+        payloads: &[P],
+    ) -> Result<Appended, JournalWriteError> {
+        let last_seq = first_seq.saturating_add(payloads.len() as u64 - 1);
+        let context = &self.context;
+        let read = find::read_append(
+            &context.connection,
+            &context.namespace,
+            self.session_id(),
+            key,
+            (first_seq, last_seq),
+            payloads,
+            0,
+        )
+        .await;
+        match read {
+            Ok(Found::Appended(appended)) => Ok(appended),
+            Ok(Found::Unknown(_)) => Err(JournalWriteError::Trimmed { first_seq }),
+            Ok(_) => Err(JournalWriteError::KeyReused),
+            Err(ReplayError::Decode(error)) => Err(JournalWriteError::Undecodable(error)),
+            Err(ReplayError::Etcd(error)) => Err(JournalWriteError::Etcd(error)),
+            Err(ReplayError::Compacted { .. }) => {
+                unreachable!("a read at the current revision is never compacted")
+            }
+        }
+    }
+
+    /// What can be refused from the call alone (`keyed`: an append with an idempotency key);
+    /// the journal's condition and the lease are checked when the call joins the queue, and
+    /// again when its transaction is formed.
+    fn check<P: AsRef<[u8]>>(&self, payloads: &[P], keyed: bool) -> Result<(), JournalWriteError> {
         if payloads.is_empty() {
-            return (Err(JournalWriteError::Empty), None);
+            return Err(JournalWriteError::Empty);
         }
         let limits = &self.context.limits;
         if payloads.len() > limits.max_records() {
-            let error = JournalWriteError::TooManyRecords {
+            return Err(JournalWriteError::TooManyRecords {
                 count: payloads.len(),
                 max: limits.max_records(),
-            };
-            return (Err(error), None);
+            });
         }
-        let size = self.encoded_size(payloads);
+        let size = self.writer.encoded_size(payloads, keyed);
         if size > limits.max_bytes() {
-            let error = JournalWriteError::TooLarge {
+            return Err(JournalWriteError::TooLarge {
                 bytes: size,
                 max: limits.max_bytes(),
-            };
-            return (Err(error), None);
+            });
         }
-        let (started, count) = (tokio::time::Instant::now(), payloads.len());
+        Ok(())
+    }
+
+    /// Waits for `answer`, the answer to an append of `count` records, in the append's span,
+    /// and counts it in the metrics.
+    async fn sent(
+        &self,
+        count: usize,
+        answer: impl std::future::Future<Output = queue::Answer>,
+    ) -> Result<Appended, JournalWriteError> {
+        let started = tokio::time::Instant::now();
         let span = tracing::info_span!(parent: &self.context.span, "append", session = %self.session_id(), epoch = %self.epoch());
-        let payloads = payloads.iter().map(|p| p.as_ref().to_vec()).collect();
-        let batcher = &self.context.batcher;
-        let answer = batcher
-            .append(&self.writer, payloads)
-            .instrument(span)
-            .await;
+        let answer = answer.instrument(span).await;
         count_append(
             &self.context.metrics,
             &answer.result,
@@ -326,7 +497,7 @@ impl Journal {
             count,
             started.elapsed(),
         );
-        (answer.result, answer.place)
+        answer.result
     }
 
     /// The sequence number the next append takes, as this journal knows it now: just after

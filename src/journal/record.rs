@@ -6,6 +6,10 @@
 //! record  = version:u8 (=1) kind:u8 seq:u64 epoch:u64 nonce:[u8;16] body
 //!   kind 0 (event): body = the user's payload, as is
 //!   kind 1 (fence): body = has_previous:u8 [seq:u64 epoch:u64 nonce:[u8;16]]
+//! record  = version:u8 (=2) kind:u8 (=0) seq:u64 epoch:u64 nonce:[u8;16]
+//!           key:[u8;16] part:u32 parts:u32 body
+//!   an event of an append made with an idempotency key: `key` is the key, the append has
+//!   `parts` records and this is its `part`-th (from 0), `body` the payload, as is
 //! tip     = version:u8 (=1) seq:u64 epoch:u64 nonce:[u8;16]
 //! base    = version:u8 (=1) seq:u64
 //! ```
@@ -13,18 +17,26 @@
 //! Integers are big-endian. `seq` repeats the key's sequence number, `epoch` is the writer's
 //! lease epoch and `nonce` names the transaction that wrote the record (all records of one
 //! append share it, and so does the tip it wrote): an append whose outcome is unknown is
-//! resolved by reading its first record back. A reader that meets a version it does not know
-//! fails with a typed error naming the key; it never guesses, and never panics.
+//! resolved by reading its first record back. Version 2 is written only for the events of an
+//! append with an idempotency key; everything else stays version 1, which every release
+//! reads. Any one record of a keyed append names the whole append (its first sequence number
+//! is `seq - part`, its last `seq - part + parts - 1`). A reader that meets a version it does
+//! not know fails with a typed error naming the key; it never guesses, and never panics.
 
 use uuid::Uuid;
 
+use super::key::{IdempotencyKey, KEY_LEN};
 use crate::lease::Epoch;
 
 const VERSION: u8 = 1;
+/// The version of a keyed event.
+const VERSION_KEYED: u8 = 2;
 const KIND_EVENT: u8 = 0;
 const KIND_FENCE: u8 = 1;
 /// version + kind + seq + epoch + nonce.
 pub(crate) const RECORD_HEADER: usize = 1 + 1 + 8 + 8 + 16;
+/// What a keyed event adds to the header: key + part + parts.
+pub(crate) const KEYED_PART: usize = KEY_LEN + 4 + 4;
 pub(crate) const TIP_LEN: usize = 1 + 8 + 8 + 16;
 const BASE_LEN: usize = 1 + 8;
 
@@ -86,6 +98,35 @@ pub struct Event {
     /// The payload, as appended.
     pub payload: Vec<u8>,
     pub(crate) nonce: Uuid,
+    /// The idempotency key of its append, and its place in it.
+    pub(crate) keyed: Option<Keyed>,
+}
+
+/// What an event of an append made with an idempotency key carries of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Keyed {
+    pub(crate) key: IdempotencyKey,
+    /// Its place in the append, from 0.
+    pub(crate) part: u32,
+    /// How many records the append has.
+    pub(crate) parts: u32,
+}
+
+impl Event {
+    /// The idempotency key of the append it is part of, if that append was made with one
+    /// ([`Journal::append_with_key`](crate::Journal::append_with_key)).
+    pub fn idempotency_key(&self) -> Option<IdempotencyKey> {
+        self.keyed.map(|keyed| keyed.key)
+    }
+
+    /// The first and last sequence numbers of the keyed append it is part of (`None` for an
+    /// event appended without a key).
+    pub fn keyed_append(&self) -> Option<(u64, u64)> {
+        let keyed = self.keyed?;
+        let first = self.seq.checked_sub(u64::from(keyed.part))?;
+        let last = first.checked_add(u64::from(keyed.parts).checked_sub(1)?)?;
+        Some((first, last))
+    }
 }
 
 /// The record an owner appends when it opens the journal.
@@ -181,8 +222,19 @@ impl Record {
 }
 
 fn header(kind: u8, seq: u64, epoch: Epoch, nonce: Uuid, capacity: usize) -> Vec<u8> {
+    versioned_header(VERSION, kind, seq, epoch, nonce, capacity)
+}
+
+fn versioned_header(
+    version: u8,
+    kind: u8,
+    seq: u64,
+    epoch: Epoch,
+    nonce: Uuid,
+    capacity: usize,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(RECORD_HEADER + capacity);
-    out.push(VERSION);
+    out.push(version);
     out.push(kind);
     out.extend_from_slice(&seq.to_be_bytes());
     out.extend_from_slice(&epoch.get().to_be_bytes());
@@ -192,6 +244,29 @@ fn header(kind: u8, seq: u64, epoch: Epoch, nonce: Uuid, capacity: usize) -> Vec
 
 pub(crate) fn encode_event(seq: u64, epoch: Epoch, nonce: Uuid, payload: &[u8]) -> Vec<u8> {
     let mut out = header(KIND_EVENT, seq, epoch, nonce, payload.len());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An event of an append made with `key`: its `part`-th record of `parts` (version 2).
+pub(crate) fn encode_keyed_event(
+    seq: u64,
+    epoch: Epoch,
+    nonce: Uuid,
+    keyed: Keyed,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut out = versioned_header(
+        VERSION_KEYED,
+        KIND_EVENT,
+        seq,
+        epoch,
+        nonce,
+        KEYED_PART + payload.len(),
+    );
+    out.extend_from_slice(keyed.key.as_bytes());
+    out.extend_from_slice(&keyed.part.to_be_bytes());
+    out.extend_from_slice(&keyed.parts.to_be_bytes());
     out.extend_from_slice(payload);
     out
 }
@@ -254,6 +329,18 @@ impl<'a> Reader<'a> {
         Ok(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
     }
 
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let bytes = self.take(4, what)?;
+        Ok(u32::from_be_bytes(bytes.try_into().expect("4 bytes")))
+    }
+
+    fn key(&mut self) -> Result<IdempotencyKey, String> {
+        let bytes = self.take(KEY_LEN, "idempotency key")?;
+        Ok(IdempotencyKey::from_bytes(
+            bytes.try_into().expect("16 bytes"),
+        ))
+    }
+
     fn uuid(&mut self, what: &str) -> Result<Uuid, String> {
         let bytes = self.take(16, what)?;
         Ok(Uuid::from_bytes(bytes.try_into().expect("16 bytes")))
@@ -298,7 +385,11 @@ pub(crate) fn decode_record(
 ) -> Result<Record, DecodeError> {
     let decode = || -> Result<Record, String> {
         let mut reader = Reader { bytes: value };
-        reader.version()?;
+        let keyed = match reader.u8("version")? {
+            VERSION => false,
+            VERSION_KEYED => true,
+            other => return Err(format!("unknown format version {other}")),
+        };
         let kind = reader.u8("kind")?;
         let seq = reader.u64("seq")?;
         let epoch = Epoch(reader.u64("epoch")?);
@@ -309,12 +400,30 @@ pub(crate) fn decode_record(
             return Err(format!("holds seq {seq} under the key of seq {expected}"));
         }
         match kind {
-            KIND_EVENT => Ok(Record::Event(Event {
-                seq,
-                epoch,
-                payload: reader.bytes.to_vec(),
-                nonce,
-            })),
+            KIND_EVENT => {
+                let keyed = match keyed {
+                    false => None,
+                    true => {
+                        let key = reader.key()?;
+                        let (part, parts) = (reader.u32("part")?, reader.u32("parts")?);
+                        if part >= parts {
+                            return Err(format!("part {part} of an append of {parts} records"));
+                        }
+                        if u64::from(part) >= seq {
+                            return Err(format!("part {part} of an append at seq {seq}"));
+                        }
+                        Some(Keyed { key, part, parts })
+                    }
+                };
+                Ok(Record::Event(Event {
+                    seq,
+                    epoch,
+                    payload: reader.bytes.to_vec(),
+                    nonce,
+                    keyed,
+                }))
+            }
+            KIND_FENCE if keyed => Err("a fence of version 2".into()),
             KIND_FENCE => {
                 let previous = match reader.u8("fence previous flag")? {
                     0 => None,
@@ -401,7 +510,8 @@ mod tests {
                 seq: 8,
                 epoch: Epoch(41),
                 payload: b"payload".to_vec(),
-                nonce
+                nonce,
+                keyed: None,
             })
         );
         for previous in [None, Some(tip())] {
@@ -424,6 +534,66 @@ mod tests {
                 .seq(),
             1
         );
+    }
+
+    fn keyed(part: u32, parts: u32) -> Keyed {
+        Keyed {
+            key: IdempotencyKey::new("request-1"),
+            part,
+            parts,
+        }
+    }
+
+    #[test]
+    fn a_keyed_event_is_version_2_and_names_its_whole_append() {
+        let nonce = Uuid::new_v4();
+        let value = encode_keyed_event(9, Epoch(41), nonce, keyed(1, 3), b"payload");
+        assert_eq!(value[0], 2);
+        assert_eq!(value.len(), RECORD_HEADER + KEYED_PART + 7);
+        let Record::Event(event) = decode_record(b"k/r/9", Some(9), &value).unwrap() else {
+            panic!("an event")
+        };
+        assert_eq!(event.payload, b"payload");
+        assert_eq!(
+            event.idempotency_key(),
+            Some(IdempotencyKey::new("request-1"))
+        );
+        assert_eq!(event.keyed_append(), Some((8, 10)));
+        // Unkeyed events and fences stay version 1, as every release reads them.
+        assert_eq!(encode_event(9, Epoch(41), nonce, b"")[0], 1);
+        assert_eq!(encode_fence(9, Epoch(41), nonce, None)[0], 1);
+        let plain = decode_record(b"k", None, &encode_event(9, Epoch(41), nonce, b""));
+        let Ok(Record::Event(plain)) = plain else {
+            panic!()
+        };
+        assert_eq!(
+            (plain.idempotency_key(), plain.keyed_append()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_keyed_event_that_cannot_be_one_is_a_typed_error() {
+        let nonce = Uuid::new_v4();
+        let bad = [
+            // Its part past its parts, or before seq 1.
+            encode_keyed_event(9, Epoch(1), nonce, keyed(3, 3), b""),
+            encode_keyed_event(2, Epoch(1), nonce, keyed(2, 5), b""),
+        ];
+        for value in bad {
+            let seq = u64::from_be_bytes(value[2..10].try_into().unwrap());
+            assert!(decode_record(b"k", Some(seq), &value).is_err());
+        }
+        // A fence never has version 2.
+        let mut fence = encode_fence(3, Epoch(1), nonce, None);
+        fence[0] = 2;
+        let error = decode_record(b"k", Some(3), &fence).unwrap_err();
+        assert!(error.reason.contains("fence of version 2"), "{error}");
+        // Every truncation of a keyed event's header fails.
+        let good = encode_keyed_event(9, Epoch(41), nonce, keyed(0, 1), b"");
+        for n in 0..good.len() {
+            assert!(decode_record(b"k", Some(9), &good[..n]).is_err(), "{n}");
+        }
     }
 
     #[test]
@@ -510,7 +680,8 @@ mod tests {
                 seq: 7,
                 epoch: Epoch(3),
                 payload: b"hi".to_vec(),
-                nonce
+                nonce,
+                keyed: None,
             })
         );
         let fence = Record::decode(RECORD_KEY, &encode_fence(7, Epoch(3), nonce, Some(tip())));
@@ -537,8 +708,8 @@ mod tests {
         }
         // Garbage under a record key is named by its key; a key that is not UTF-8 is shown
         // lossily.
-        let error = Record::decode(RECORD_KEY, b"\x02").unwrap_err();
-        assert_eq!(error.reason, "unknown format version 2");
+        let error = Record::decode(RECORD_KEY, b"\x03").unwrap_err();
+        assert_eq!(error.reason, "unknown format version 3");
         let error = Record::decode(b"ns/journals/\xff/r/7", b"").unwrap_err();
         assert_eq!(error.key, "ns/journals/\u{fffd}/r/7");
     }
@@ -569,6 +740,23 @@ mod tests {
             (
                 "event",
                 seed(RECORD_KEY, encode_event(7, Epoch(3), nonce, b"payload")),
+            ),
+            (
+                "event-keyed",
+                seed(
+                    RECORD_KEY,
+                    encode_keyed_event(
+                        7,
+                        Epoch(3),
+                        nonce,
+                        Keyed {
+                            key: IdempotencyKey::new("seed"),
+                            part: 1,
+                            parts: 2,
+                        },
+                        b"payload",
+                    ),
+                ),
             ),
             (
                 "event-empty",

@@ -3,8 +3,10 @@
 //! The stream's task reads the client's requests, runs its acquisitions (each on its own, so
 //! that a standby never holds up a release), watches each owned lease, and answers on the
 //! response stream. When the client's side ends (closed, cancelled, or its connection closed
-//! for unanswered keepalive pings), or the sidecar shuts down, it releases every session it
-//! owns, all at once, and ends.
+//! for unanswered keepalive pings), the client stops reading for
+//! [`stalled_reader`](super::SidecarOptions::stalled_reader), or the sidecar shuts down, it
+//! releases every session it owns, all at once, each in order: its journal closed (the appends
+//! under way finish), then its lease.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -20,7 +22,7 @@ use uuid::Uuid;
 
 use super::proto::{self, AttachRequest, AttachResponse, attach_request, attach_response};
 use super::refusal::{Refusal, loss_label};
-use super::requests::Requests;
+use super::token::Token;
 use super::{Owned, Sidecar, parse_session};
 use crate::lease::Epoch;
 use crate::metrics::Metrics;
@@ -35,8 +37,11 @@ enum Acquisition {
     Failed(Refusal),
 }
 
-/// The `Acquired` event of a session this stream owns: its epoch, the fence's place, and how
-/// long its lease stays valid from now without a renewal.
+/// Why a stream ends.
+type Ended = &'static str;
+
+/// The `Acquired` event of a session this stream owns: its epoch, the fence's place, how long
+/// its lease stays valid from now without a renewal, and its token.
 fn acquired(owned: &Owned) -> attach_response::Event {
     let valid_for = owned
         .lease
@@ -45,173 +50,229 @@ fn acquired(owned: &Owned) -> attach_response::Event {
         .valid_until()
         .saturating_duration_since(crate::clock::now());
     attach_response::Event::Acquired(proto::Acquired {
-        session: owned.lease.session_id().to_string(),
-        epoch: owned.lease.epoch().get(),
+        session: owned.session().to_string(),
+        epoch: owned.epoch().get(),
         tip_seq: owned.journal.next_seq().saturating_sub(1),
         valid_for_ms: u32::try_from(valid_for.as_millis()).unwrap_or(u32::MAX),
+        token: owned.token.to_vec(),
     })
 }
 
-/// Runs stream `stream` until its client's side ends or the sidecar shuts down.
+/// One stream's state: what it owns and is acquiring, and where its answers go.
+struct Stream {
+    sidecar: Sidecar,
+    id: u64,
+    sender: Sender,
+    /// Owned sessions, in the order they were acquired.
+    owned: Vec<Arc<Owned>>,
+    acquiring: HashSet<Uuid>,
+    acquisitions: FuturesUnordered<BoxFuture<'static, (Uuid, Acquisition)>>,
+    losses: FuturesUnordered<BoxFuture<'static, (Arc<Owned>, &'static str)>>,
+}
+
+/// Runs stream `id` until its client's side ends or the sidecar shuts down.
 pub(super) async fn run(
     sidecar: Sidecar,
-    stream: u64,
+    id: u64,
     peer: Option<SocketAddr>,
     mut requests: tonic::Streaming<AttachRequest>,
     sender: Sender,
 ) {
     let peer = peer.map_or_else(|| "local".to_owned(), |peer| peer.to_string());
-    tracing::info!(stream, %peer, "attached");
+    tracing::info!(stream = id, %peer, "attached");
     let _open = Open::new(sidecar.inner.store.metrics().clone());
     let stop = sidecar.inner.stop.clone();
-    // Owned sessions, in the order they were acquired.
-    let mut owned: Vec<Arc<Owned>> = Vec::new();
-    let mut acquiring: HashSet<Uuid> = HashSet::new();
-    let mut acquisitions: FuturesUnordered<BoxFuture<'static, (Uuid, Acquisition)>> =
-        FuturesUnordered::new();
-    let mut losses: FuturesUnordered<BoxFuture<'static, (Uuid, Epoch, &'static str)>> =
-        FuturesUnordered::new();
+    let mut stream = Stream {
+        sidecar,
+        id,
+        sender,
+        owned: Vec::new(),
+        acquiring: HashSet::new(),
+        acquisitions: FuturesUnordered::new(),
+        losses: FuturesUnordered::new(),
+    };
     let why = loop {
-        tokio::select! {
+        let step = tokio::select! {
             biased;
-            () = stop.cancelled() => break "the sidecar is shutting down",
-            () = sender.closed() => break "the client went away",
-            Some((session, epoch, loss)) = losses.next() => {
-                let Some(at) = owned.iter().position(|o| o.lease.session_id() == session && o.lease.epoch() == epoch) else {
-                    continue;
-                };
-                let lost = owned.remove(at);
-                sidecar.inner.end(session, epoch, loss);
-                tracing::info!(stream, %session, %epoch, loss, "lost");
-                // A broken journal with a valid lease: give the session up.
-                tokio::spawn(async move {
-                    let _ = lost.lease.release().await;
-                    lost.journal.close().await;
-                });
-                let event = attach_response::Event::Lost(proto::Lost {
-                    session: session.to_string(),
-                    reason: loss.to_owned(),
-                    epoch: epoch.get(),
-                });
-                if !send(&sender, event).await {
-                    break "the client went away";
-                }
+            () = stop.cancelled() => Err("the sidecar is shutting down"),
+            () = stream.sender.closed() => Err("the client went away"),
+            Some((owned, loss)) = stream.losses.next() => stream.lost(owned, loss).await,
+            Some((session, acquisition)) = stream.acquisitions.next() => {
+                stream.acquired(session, acquisition).await
             }
-            Some((session, acquisition)) = acquisitions.next() => {
-                let wanted = acquiring.remove(&session);
-                let event = match acquisition {
-                    Acquisition::Owned(session_owned) if !wanted => {
-                        // Released while it was being acquired: let it go at once.
-                        sidecar.inner.end(session, session_owned.lease.epoch(), "released");
-                        release(session_owned).await;
-                        continue;
-                    }
-                    Acquisition::Owned(session_owned) => {
-                        let event = acquired(&session_owned);
-                        losses.push(watch_loss(&session_owned));
-                        sidecar.inner.own(session, session_owned.clone());
-                        let epoch = session_owned.lease.epoch();
-                        let tip_seq = session_owned.journal.next_seq().saturating_sub(1);
-                        owned.push(session_owned);
-                        tracing::info!(stream, %session, %epoch, tip_seq, "acquired");
-                        event
-                    }
-                    Acquisition::Held { .. } | Acquisition::Failed(_) if !wanted => continue,
-                    Acquisition::Held { epoch, node } => attach_response::Event::Held(proto::Held {
-                        session: session.to_string(),
-                        holder_epoch: epoch.get(),
-                        holder_node: node,
-                    }),
-                    Acquisition::Failed(refusal) => {
-                        tracing::info!(stream, %session, reason = refusal.reason, "acquisition failed");
-                        attach_response::Event::Failed(proto::Failed {
-                            session: session.to_string(),
-                            reason: refusal.reason.unwrap_or("INVALID_ARGUMENT").to_owned(),
-                            message: refusal.message,
-                            retryable: refusal.code == tonic::Code::Unavailable,
-                        })
-                    }
-                };
-                if !send(&sender, event).await {
-                    break "the client went away";
-                }
-            }
-            request = requests.message() => {
-                let request = match request {
-                    Ok(Some(request)) => request,
-                    Ok(None) => break "the client ended the stream",
-                    Err(_) => break "the client's stream failed",
-                };
-                match request.request {
-                    Some(attach_request::Request::Acquire(acquire)) => {
-                        let session = match parse_session(&acquire.session) {
-                            Ok(session) => session,
-                            Err(refusal) => {
-                                let _ = sender.send(Err(refusal.status())).await;
-                                break "a malformed request";
-                            }
-                        };
-                        if let Some(held) = owned.iter().find(|o| o.lease.session_id() == session) {
-                            // Owned by this stream already: answered again.
-                            if !send(&sender, acquired(held)).await {
-                                break "the client went away";
-                            }
-                            continue;
-                        }
-                        if !acquiring.insert(session) {
-                            continue;
-                        }
-                        let wait = acquire.wait.then(|| match acquire.wait_ms {
-                            0 => Duration::MAX,
-                            ms => Duration::from_millis(u64::from(ms)),
-                        });
-                        acquisitions.push(Box::pin(acquire_one(sidecar.clone(), stream, session, wait)));
-                    }
-                    Some(attach_request::Request::Release(release_request)) => {
-                        let session = match parse_session(&release_request.session) {
-                            Ok(session) => session,
-                            Err(refusal) => {
-                                let _ = sender.send(Err(refusal.status())).await;
-                                break "a malformed request";
-                            }
-                        };
-                        acquiring.remove(&session);
-                        if let Some(at) = owned.iter().position(|o| o.lease.session_id() == session) {
-                            let released = owned.remove(at);
-                            sidecar.inner.end(session, released.lease.epoch(), "released");
-                            tracing::info!(stream, %session, epoch = %released.lease.epoch(), "released");
-                            release(released).await;
-                        }
-                        let event = attach_response::Event::Released(proto::Released {
-                            session: session.to_string(),
-                        });
-                        if !send(&sender, event).await {
-                            break "the client went away";
-                        }
-                    }
-                    None => {
-                        let refusal = Refusal::malformed("request", "an AttachRequest with neither acquire nor release");
-                        let _ = sender.send(Err(refusal.status())).await;
-                        break "a malformed request";
-                    }
-                }
-            }
+            request = requests.message() => match request {
+                Ok(Some(request)) => stream.request(request).await,
+                Ok(None) => Err("the client ended the stream"),
+                Err(_) => Err("the client's stream failed"),
+            },
+        };
+        if let Err(why) = step {
+            break why;
         }
     };
-    // Every session at once: each release marks its lease lost before deleting its owner
-    // key, so no instant has a successor owner while this stream's lease reads as valid.
-    let count = owned.len();
-    for session_owned in &owned {
-        sidecar.inner.end(
-            session_owned.lease.session_id(),
-            session_owned.lease.epoch(),
-            "released",
-        );
+    let released = stream.release_all().await;
+    tracing::info!(stream = id, %peer, released, why, "detached");
+}
+
+impl Stream {
+    /// Sends `event`; ends the stream once the client is gone or has stopped reading.
+    async fn send(&mut self, event: attach_response::Event) -> Result<(), Ended> {
+        let message = Ok(AttachResponse { event: Some(event) });
+        self.send_message(message).await
     }
-    futures_util::future::join_all(owned.into_iter().map(release)).await;
-    // Acquisitions still running: their leases are released as they come.
-    drop(acquisitions);
-    tracing::info!(stream, %peer, released = count, why, "detached");
+
+    async fn send_message(&mut self, message: Result<AttachResponse, Status>) -> Result<(), Ended> {
+        let stalled = self.sidecar.inner.options.stalled_reader;
+        tokio::select! {
+            sent = self.sender.send(message) => sent.map_err(|_| "the client went away"),
+            () = tokio::time::sleep(stalled) => Err("the client stopped reading its stream"),
+            () = self.sidecar.inner.stop.cancelled() => Err("the sidecar is shutting down"),
+        }
+    }
+
+    /// Ends the stream with a malformed request's status.
+    async fn malformed(&mut self, refusal: Refusal) -> Result<(), Ended> {
+        let _ = self.send_message(Err(refusal.status())).await;
+        Err("a malformed request")
+    }
+
+    async fn request(&mut self, request: AttachRequest) -> Result<(), Ended> {
+        match request.request {
+            Some(attach_request::Request::Acquire(acquire)) => {
+                match parse_session(&acquire.session) {
+                    Ok(session) => self.acquire(session, &acquire).await,
+                    Err(refusal) => self.malformed(refusal).await,
+                }
+            }
+            Some(attach_request::Request::Release(release)) => {
+                match parse_session(&release.session) {
+                    Ok(session) => self.release(session).await,
+                    Err(refusal) => self.malformed(refusal).await,
+                }
+            }
+            None => {
+                let refusal = Refusal::malformed(
+                    "request",
+                    "an AttachRequest with neither acquire nor release",
+                );
+                self.malformed(refusal).await
+            }
+        }
+    }
+
+    async fn acquire(&mut self, session: Uuid, acquire: &proto::Acquire) -> Result<(), Ended> {
+        if let Some(held) = self.owned.iter().find(|o| o.session() == session) {
+            // Owned by this stream already: answered again.
+            return self.send(acquired(held)).await;
+        }
+        if self.acquiring.contains(&session) {
+            return Ok(());
+        }
+        let max = self.sidecar.inner.options.max_sessions_per_stream;
+        if self.owned.len() + self.acquiring.len() >= max {
+            let event = attach_response::Event::Failed(proto::Failed {
+                session: session.to_string(),
+                reason: "TOO_MANY_SESSIONS".to_owned(),
+                message: format!(
+                    "this stream owns or acquires {max} sessions already \
+                     (--max-sessions-per-stream): release one, or attach another stream"
+                ),
+                retryable: false,
+            });
+            return self.send(event).await;
+        }
+        self.acquiring.insert(session);
+        let wait = acquire.wait.then(|| match acquire.wait_ms {
+            0 => Duration::MAX,
+            ms => Duration::from_millis(u64::from(ms)),
+        });
+        let acquisition = acquire_one(self.sidecar.clone(), self.id, session, wait);
+        self.acquisitions.push(Box::pin(acquisition));
+        Ok(())
+    }
+
+    async fn acquired(&mut self, session: Uuid, acquisition: Acquisition) -> Result<(), Ended> {
+        let wanted = self.acquiring.remove(&session);
+        let event = match acquisition {
+            Acquisition::Owned(owned) if !wanted => {
+                // Released while it was being acquired: let it go at once.
+                release(&self.sidecar, owned, "released").await;
+                return Ok(());
+            }
+            Acquisition::Owned(owned) => {
+                let event = acquired(&owned);
+                self.losses.push(watch_loss(&owned));
+                self.sidecar.inner.own(owned.clone());
+                let (epoch, tip_seq) = (owned.epoch(), owned.journal.next_seq() - 1);
+                tracing::info!(stream = self.id, %session, %epoch, tip_seq, "acquired");
+                self.owned.push(owned);
+                event
+            }
+            Acquisition::Held { .. } | Acquisition::Failed(_) if !wanted => return Ok(()),
+            Acquisition::Held { epoch, node } => attach_response::Event::Held(proto::Held {
+                session: session.to_string(),
+                holder_epoch: epoch.get(),
+                holder_node: node,
+            }),
+            Acquisition::Failed(refusal) => {
+                tracing::info!(stream = self.id, %session, reason = refusal.reason, "acquisition failed");
+                attach_response::Event::Failed(proto::Failed {
+                    session: session.to_string(),
+                    reason: refusal.reason.unwrap_or("INVALID_ARGUMENT").to_owned(),
+                    message: refusal.message,
+                    retryable: refusal.code == tonic::Code::Unavailable,
+                })
+            }
+        };
+        self.send(event).await
+    }
+
+    async fn release(&mut self, session: Uuid) -> Result<(), Ended> {
+        self.acquiring.remove(&session);
+        if let Some(at) = self.owned.iter().position(|o| o.session() == session) {
+            let owned = self.owned.remove(at);
+            tracing::info!(stream = self.id, %session, epoch = %owned.epoch(), "released");
+            release(&self.sidecar, owned, "released").await;
+        }
+        let event = attach_response::Event::Released(proto::Released {
+            session: session.to_string(),
+        });
+        self.send(event).await
+    }
+
+    /// `owned`'s lease was lost, or its journal broke (with a valid lease): give it up.
+    async fn lost(&mut self, owned: Arc<Owned>, loss: &'static str) -> Result<(), Ended> {
+        let Some(at) = self.owned.iter().position(|o| Arc::ptr_eq(o, &owned)) else {
+            return Ok(());
+        };
+        self.owned.remove(at);
+        let (session, epoch) = (owned.session(), owned.epoch());
+        tracing::info!(stream = self.id, %session, %epoch, loss, "lost");
+        // Not awaited: the client hears of the loss at once.
+        tokio::spawn(release(&self.sidecar, owned, loss));
+        let event = attach_response::Event::Lost(proto::Lost {
+            session: session.to_string(),
+            reason: loss.to_owned(),
+            epoch: epoch.get(),
+        });
+        self.send(event).await
+    }
+
+    /// Releases every session the stream owns, all at once; how many.
+    async fn release_all(self) -> usize {
+        let count = self.owned.len();
+        let sidecar = &self.sidecar;
+        // Each release marks its ownership ended before anything else: no write is taken for
+        // it from then on.
+        let releases = self
+            .owned
+            .into_iter()
+            .map(|owned| release(sidecar, owned, "released"));
+        futures_util::future::join_all(releases).await;
+        // Acquisitions still running: their leases are released as they come.
+        drop(self.acquisitions);
+        count
+    }
 }
 
 /// A stream open, in the streams gauge for as long as it lives.
@@ -230,33 +291,30 @@ impl Drop for Open {
     }
 }
 
-/// Sends `event`; false once the client is gone.
-async fn send(sender: &Sender, event: attach_response::Event) -> bool {
-    sender
-        .send(Ok(AttachResponse { event: Some(event) }))
-        .await
-        .is_ok()
+/// Ends `owned`'s ownership here (for `loss`), then releases it in order: its journal closed
+/// (the appends under way finish), then its lease (which fences nothing: the next owner's
+/// fence does).
+fn release(sidecar: &Sidecar, owned: Arc<Owned>, loss: &'static str) -> BoxFuture<'static, ()> {
+    sidecar.inner.end(&owned, loss);
+    let sidecar = sidecar.clone();
+    Box::pin(async move {
+        owned.journal.close().await;
+        if let Err(error) = owned.lease.release().await {
+            tracing::debug!(session = %owned.session(), %error, "release deferred");
+        }
+        sidecar.inner.released(&owned);
+    })
 }
 
-/// Releases `owned`'s lease (which fences nothing: the next owner's fence does), then closes
-/// its journal.
-async fn release(owned: Arc<Owned>) {
-    if let Err(error) = owned.lease.release().await {
-        tracing::debug!(session = %owned.lease.session_id(), %error, "release deferred");
-    }
-    owned.journal.close().await;
-}
-
-/// Resolves with the session, its epoch and why, once its lease is lost or its journal broken.
-fn watch_loss(owned: &Arc<Owned>) -> BoxFuture<'static, (Uuid, Epoch, &'static str)> {
+/// Resolves with the ownership and why, once its lease is lost or its journal broken.
+fn watch_loss(owned: &Arc<Owned>) -> BoxFuture<'static, (Arc<Owned>, &'static str)> {
     let owned = owned.clone();
     Box::pin(async move {
-        let (session, epoch) = (owned.lease.session_id(), owned.lease.epoch());
-        let lost = owned.lease.lost();
-        tokio::select! {
-            reason = lost => (session, epoch, loss_label(reason)),
-            () = owned.journal.broken() => (session, epoch, "journal_broken"),
-        }
+        let loss = tokio::select! {
+            reason = owned.lease.lost() => loss_label(reason),
+            () = owned.journal.broken() => "journal_broken",
+        };
+        (owned, loss)
     })
 }
 
@@ -313,7 +371,7 @@ async fn acquire_one(
     let owned = Owned {
         lease,
         journal,
-        requests: Arc::new(Requests::default()),
+        token: Token::new(),
     };
     (session, Acquisition::Owned(Arc::new(owned)))
 }

@@ -7,15 +7,20 @@
 //!
 //! - **Ownership is scoped to an `Attach` stream.** A session acquired through a stream is
 //!   released when the stream ends, is cancelled, or its client stops answering HTTP/2
-//!   keepalive pings ([`SidecarOptions::client_keepalive`]): every session it holds, at once.
-//!   A dead or frozen client never leaves an owner behind in the sidecar. An acquired
-//!   session's journal is fenced before `Acquired` is sent.
-//! - **Appends carry `(session, epoch)`**, and the sidecar appends them only while it owns the
-//!   session at that epoch through some stream; etcd's compare-and-swap refuses a stale owner
+//!   keepalive pings ([`SidecarOptions::client_keepalive`]): every session it holds, at once,
+//!   each in order (its journal closed, the appends under way finished, then its lease). A
+//!   dead or frozen client never leaves an owner behind in the sidecar. An acquired session's
+//!   journal is fenced before `Acquired` is sent.
+//! - **Authority is the holder's, not the epoch's.** Each ownership has a token (see
+//!   [`token`]) sent only to the stream that acquired it; every write for the holder carries
+//!   it, and a write without it writes nothing. Etcd's compare-and-swap refuses a stale owner
 //!   besides. Appends of one session from many calls share transactions (group commit).
-//! - **A request id makes a retry exactly-once** (see [`requests`]): the retry answers what
-//!   the first call came to, or settles its unknown outcome by reading the record at the
-//!   call's place, and never appends twice.
+//! - **Exactly-once is decided by the journal.** An append's request id is written into its
+//!   records ([`Journal::append_with_key`]); a retry is answered from the journal: by the live
+//!   ownership's journal, or, for an ownership no longer live here, by reading the records
+//!   ([`Store::find_append`]). Memory never decides an answer.
+//! - **Everything a client controls is bounded** ([`SidecarOptions`]); a client that stops
+//!   reading holds up nothing but itself.
 //! - **Errors** are gRPC codes with a `google.rpc.ErrorInfo` (domain `leasehold`); see the
 //!   proto.
 
@@ -30,21 +35,21 @@ pub mod proto {
         tonic::include_file_descriptor_set!("leasehold_descriptor");
 }
 
+mod append;
 mod attach;
+mod options;
 mod owners;
 pub(crate) mod refusal;
 mod replay;
-pub mod requests;
-mod settle;
+mod serve;
+mod token;
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use futures_util::Stream;
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
@@ -55,46 +60,19 @@ use crate::lease::{Epoch, Lease};
 use crate::store::Store;
 use proto::leasehold_server::{Leasehold, LeaseholdServer};
 use proto::{
-    AppendRequest, AppendResponse, AttachRequest, AttachResponse, OwnerChange, OwnerRequest,
-    OwnerResponse, ReplayRequest, ReplayResponse, ValidateRequest, ValidateResponse,
-    WatchOwnersRequest,
+    AppendRequest, AppendResponse, AttachRequest, AttachResponse, DeleteRequest, DeleteResponse,
+    OwnerChange, OwnerRequest, OwnerResponse, ReplayRequest, ReplayResponse, TrimRequest,
+    TrimResponse, ValidateRequest, ValidateResponse, WatchOwnersRequest,
 };
 use refusal::Refusal;
-use requests::{Begun, Outcome, Requests};
+use token::Token;
 
+pub use options::SidecarOptions;
 pub use refusal::DOMAIN;
 
-/// How many ended ownerships (a session at an epoch, released or lost) the sidecar remembers,
-/// with their loss reason and their requests: an append under such an epoch is refused
-/// `LEASE_LOST`, and a retry of one of its requests still answers what it came to, whoever
-/// owns the session since.
+/// How many ended ownerships (a session at an epoch, released or lost) the sidecar remembers
+/// the loss reason of, to say why an append under one is refused.
 const ENDED: usize = 10_000;
-
-/// How a [`Sidecar`] serves its clients.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct SidecarOptions {
-    /// The HTTP/2 keepalive ping interval, and how long a client may take to answer a ping:
-    /// a client that does not answer in time has its connection closed, and the sessions of
-    /// its `Attach` streams released. Default 2 s.
-    pub client_keepalive: Duration,
-}
-
-impl Default for SidecarOptions {
-    fn default() -> Self {
-        Self {
-            client_keepalive: Duration::from_secs(2),
-        }
-    }
-}
-
-impl SidecarOptions {
-    /// Sets [`client_keepalive`](Self::client_keepalive).
-    pub fn with_client_keepalive(mut self, keepalive: Duration) -> Self {
-        self.client_keepalive = keepalive;
-        self
-    }
-}
 
 /// The sidecar: one store serving many clients over gRPC. Cheap to clone.
 #[derive(Clone)]
@@ -115,13 +93,18 @@ impl std::fmt::Debug for Sidecar {
 pub(crate) struct Owned {
     lease: Lease,
     journal: Journal,
-    requests: Arc<Requests>,
+    /// The holder's authority to write.
+    token: Token,
 }
 
-/// An ownership that ended here (released or lost): why, and its requests.
-struct Ended {
-    loss: &'static str,
-    requests: Arc<Requests>,
+impl Owned {
+    fn session(&self) -> Uuid {
+        self.lease.session_id()
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.lease.epoch()
+    }
 }
 
 struct Inner {
@@ -131,16 +114,55 @@ struct Inner {
     /// Cancelled by [`Sidecar::shutdown`]: every stream releases its sessions and ends.
     stop: CancellationToken,
     streams: TaskTracker,
+    /// The bounds on what clients hold at once (see [`SidecarOptions`]).
+    bounds: Bounds,
     /// The owner directory of `Owner` and `WatchOwners`, started by the first of them.
     directory: tokio::sync::OnceCell<crate::directory::OwnerDirectory>,
+}
+
+/// A semaphore per bound of [`SidecarOptions`] that counts what is held at once.
+struct Bounds {
+    streams: Arc<Semaphore>,
+    replays: Arc<Semaphore>,
+    watches: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+}
+
+impl Bounds {
+    fn new(options: &SidecarOptions) -> Self {
+        let permits = |n: usize| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)));
+        Self {
+            streams: permits(options.max_streams),
+            replays: permits(options.max_replays),
+            watches: permits(options.max_watches),
+            bytes: permits(options.max_bytes_in_flight),
+        }
+    }
+}
+
+/// Takes `n` places of `bound`, or refuses with `reason`, saying `what` is bounded by `flag`.
+fn hold(
+    bound: &Arc<Semaphore>,
+    n: usize,
+    reason: &'static str,
+    what: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    bound
+        .clone()
+        .try_acquire_many_owned(n)
+        .map_err(|_| Refusal::exhausted(reason, format!("{what}: retry later")).status())
 }
 
 #[derive(Default)]
 struct Sessions {
     owned: HashMap<Uuid, Arc<Owned>>,
-    /// The last [`ENDED`] ownerships that ended, by session and epoch, oldest first in
-    /// `ended_order`; and each of their sessions' newest ended epoch.
-    ended: HashMap<(Uuid, Epoch), Ended>,
+    /// Ownerships that ended here and are being released: their journals answer what their
+    /// appends came to until their owner keys are gone.
+    releasing: HashMap<(Uuid, Epoch), Arc<Owned>>,
+    /// The last [`ENDED`] ownerships that ended, by session and epoch, with why, oldest first
+    /// in `ended_order`; and each of their sessions' newest ended epoch.
+    ended: HashMap<(Uuid, Epoch), &'static str>,
     ended_order: VecDeque<(Uuid, Epoch)>,
     newest_ended: HashMap<Uuid, Epoch>,
     next_stream: u64,
@@ -154,27 +176,28 @@ impl Inner {
     }
 
     /// Records `owned` as the session's owner here.
-    fn own(&self, session: Uuid, owned: Arc<Owned>) {
-        if self.lock().owned.insert(session, owned).is_none() {
+    fn own(&self, owned: Arc<Owned>) {
+        if self.lock().owned.insert(owned.session(), owned).is_none() {
             self.store.metrics().sidecar_session(1.0);
         }
     }
 
-    /// Records that `session`'s ownership at `epoch` ended, for `loss`.
-    fn end(&self, session: Uuid, epoch: Epoch, loss: &'static str) {
+    /// Records that `owned`'s ownership ended, for `loss`: no write is taken for it from now
+    /// on, and its journal answers for its appends until [`released`](Self::released).
+    fn end(&self, owned: &Arc<Owned>, loss: &'static str) {
+        let (session, epoch) = (owned.session(), owned.epoch());
         let mut sessions = self.lock();
-        let Some(owned) = sessions.owned.get(&session) else {
-            return;
-        };
-        if owned.lease.epoch() != epoch {
+        if !sessions
+            .owned
+            .get(&session)
+            .is_some_and(|held| Arc::ptr_eq(held, owned))
+        {
             return;
         }
-        let owned = sessions.owned.remove(&session).expect("looked up above");
+        sessions.owned.remove(&session);
         self.store.metrics().sidecar_session(-1.0);
-        let requests = owned.requests.clone();
-        sessions
-            .ended
-            .insert((session, epoch), Ended { loss, requests });
+        sessions.releasing.insert((session, epoch), owned.clone());
+        sessions.ended.insert((session, epoch), loss);
         let newest = sessions.newest_ended.entry(session).or_insert(epoch);
         *newest = (*newest).max(epoch);
         sessions.ended_order.push_back((session, epoch));
@@ -188,15 +211,24 @@ impl Inner {
             }
         }
     }
+
+    /// `owned`'s journal is closed and its lease released: the journal's records answer for
+    /// its appends from now on.
+    fn released(&self, owned: &Owned) {
+        self.lock()
+            .releasing
+            .remove(&(owned.session(), owned.epoch()));
+    }
 }
 
-/// Where an append under `(session, epoch)` stands here.
+/// Where a write under `(session, epoch)` stands here.
 enum Standing {
-    /// Owned at that epoch.
+    /// Owned at that epoch through a stream.
     Owned(Arc<Owned>),
-    /// Ended at that epoch: refused, but its requests are remembered.
-    Ended(Arc<Requests>, Refusal),
-    /// Never owned here at that epoch.
+    /// Ended at that epoch, and being released: refused, but its journal still answers for
+    /// its appends.
+    Releasing(Arc<Owned>, Refusal),
+    /// Not owned here at that epoch.
     Refused(Refusal),
 }
 
@@ -207,6 +239,7 @@ impl Sidecar {
         Self {
             inner: Arc::new(Inner {
                 store,
+                bounds: Bounds::new(&options),
                 options,
                 sessions: Mutex::new(Sessions::default()),
                 stop: CancellationToken::new(),
@@ -233,91 +266,8 @@ impl Sidecar {
             .max_encoding_message_size(4 * 1024 * 1024)
     }
 
-    /// Serves the service, health (`SERVING` only while the node lease is valid, for `""` and
-    /// `leasehold.v1.Leasehold`) and reflection (v1 and v1alpha) on `incoming` until
-    /// `shutdown` resolves; then [`shutdown`](Self::shutdown)s, releasing every attached
-    /// session, and returns once every stream has ended.
-    pub async fn serve<I, IO, IE>(
-        &self,
-        incoming: I,
-        tls: Option<tonic::transport::ServerTlsConfig>,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error>
-    where
-        I: Stream<Item = Result<IO, IE>> + Send,
-        IO: tokio::io::AsyncRead
-            + tokio::io::AsyncWrite
-            + tonic::transport::server::Connected
-            + Unpin
-            + Send
-            + 'static,
-        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        let keepalive = self.inner.options.client_keepalive;
-        let (reporter, health) = tonic_health::server::health_reporter();
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .expect("the generated descriptors are valid");
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .expect("the generated descriptors are valid");
-        // Both names answer from the first connection on (never NOT_FOUND).
-        let serving = self.inner.store.is_node_lease_valid();
-        set_health(&reporter, serving).await;
-        let reporting = tokio::spawn(report_health(
-            self.inner.store.clone(),
-            reporter,
-            serving,
-            self.inner.stop.clone(),
-        ));
-        let mut builder = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(keepalive))
-            .http2_keepalive_timeout(Some(keepalive));
-        if let Some(tls) = tls {
-            builder = builder.tls_config(tls)?;
-        }
-        let stop = self.inner.stop.clone();
-        let this = self.clone();
-        let served = builder
-            .add_service(health)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(self.service())
-            .serve_with_incoming_shutdown(incoming, async move {
-                tokio::select! {
-                    () = shutdown => {}
-                    () = stop.cancelled() => {}
-                }
-                // Streams end once their sessions are released; then the server stops.
-                this.shutdown().await;
-            })
-            .await;
-        reporting.abort();
-        served
-    }
-
-    /// [`serve`](Self::serve) on a TCP listener, each connection with `TCP_NODELAY` (without
-    /// it, a small reply waits for the client's delayed ACK: some 40 ms on Linux).
-    pub async fn serve_tcp(
-        &self,
-        listener: tokio::net::TcpListener,
-        tls: Option<tonic::transport::ServerTlsConfig>,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        use futures_util::StreamExt as _;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-            let stream = accepted?;
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(stream)
-        });
-        self.serve(incoming, tls, shutdown).await
-    }
-
-    /// Releases every session its clients own, ends their streams, and waits for them.
+    /// Releases every session its clients own (each in order: its journal closed, the appends
+    /// under way finished, then its lease), ends their streams, and waits for them.
     /// Idempotent.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
@@ -325,60 +275,32 @@ impl Sidecar {
         self.inner.streams.wait().await;
     }
 
-    /// Where an append under `(session, epoch)` stands.
+    /// Where a write under `(session, epoch)` stands.
     fn standing(&self, session: Uuid, epoch: Epoch) -> Standing {
         let sessions = self.inner.lock();
-        if let Some(ended) = sessions.ended.get(&(session, epoch)) {
-            // Its remembered requests answer their retries; anything else is refused, FENCED
-            // if the session has a newer owner here.
-            let newer = sessions
-                .owned
-                .get(&session)
-                .map(|owned| owned.lease.epoch())
-                .filter(|owner| *owner > epoch);
-            let refusal = match newer {
-                Some(owner) => Refusal::fenced(session, epoch, Some(owner)),
-                None => Refusal::lease_lost(session, epoch, ended.loss),
-            };
-            return Standing::Ended(ended.requests.clone(), refusal);
-        }
-        if let Some(owned) = sessions.owned.get(&session) {
-            let owner = owned.lease.epoch();
-            if owner == epoch {
-                return Standing::Owned(owned.clone());
-            }
-            if owner > epoch {
-                return Standing::Refused(Refusal::fenced(session, epoch, Some(owner)));
-            }
-            return Standing::Refused(Refusal::not_owner(session, epoch, Some(owner)));
-        }
-        if sessions
-            .newest_ended
-            .get(&session)
-            .is_some_and(|newest| *newest > epoch)
+        let newer = |owner: Option<Epoch>| owner.filter(|owner| *owner > epoch);
+        let owner = sessions.owned.get(&session).map(|owned| owned.epoch());
+        if let Some(owned) = sessions.owned.get(&session)
+            && owned.epoch() == epoch
         {
-            return Standing::Refused(Refusal::fenced(session, epoch, None));
+            return Standing::Owned(owned.clone());
         }
-        Standing::Refused(Refusal::not_owner(session, epoch, None))
-    }
-
-    /// Appends `payloads` to `owned`'s journal: the outcome to remember.
-    async fn append_to(owned: &Owned, payloads: &[Vec<u8>]) -> Outcome {
-        let (session, epoch) = (owned.lease.session_id(), owned.lease.epoch());
-        match owned.journal.append_batch_placed(payloads).await {
-            (Ok(appended), _) => Outcome::Appended(AppendResponse {
-                first_seq: appended.first_seq,
-                last_seq: appended.last_seq,
-                revision: appended.revision,
-            }),
-            (
-                Err(crate::journal::JournalWriteError::OutcomeUnknown(_)),
-                Some((first_seq, last_seq)),
-            ) => Outcome::Unknown {
-                first_seq,
-                last_seq,
-            },
-            (Err(error), _) => Outcome::Refused(Refusal::of_append(session, epoch, &error)),
+        let refusal = match (sessions.ended.get(&(session, epoch)), newer(owner)) {
+            (_, Some(owner)) => Refusal::fenced(session, epoch, Some(owner)),
+            (Some(loss), None) => Refusal::lease_lost(session, epoch, loss),
+            (None, None)
+                if sessions
+                    .newest_ended
+                    .get(&session)
+                    .is_some_and(|newest| *newest > epoch) =>
+            {
+                Refusal::fenced(session, epoch, None)
+            }
+            (None, None) => Refusal::not_owner(session, epoch, owner),
+        };
+        match sessions.releasing.get(&(session, epoch)) {
+            Some(releasing) => Standing::Releasing(releasing.clone(), refusal),
+            None => Standing::Refused(refusal),
         }
     }
 }
@@ -391,43 +313,6 @@ fn parse_session(text: &str) -> Result<Uuid, Refusal> {
             format!("session {text:?} is not a UUID: {error}"),
         )
     })
-}
-
-/// Keeps the health service's answer in step with the node lease: `SERVING` while it is
-/// valid, `NOT_SERVING` otherwise.
-async fn report_health(
-    store: Arc<Store>,
-    reporter: tonic_health::server::HealthReporter,
-    mut serving: bool,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-            () = stop.cancelled() => {
-                set_health(&reporter, false).await;
-                return;
-            }
-        }
-        let now = store.is_node_lease_valid();
-        if now != serving {
-            set_health(&reporter, now).await;
-            serving = now;
-        }
-    }
-}
-
-/// `SERVING` or `NOT_SERVING`, for the server as a whole (`""`) and for the service.
-async fn set_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
-    let status = if serving {
-        tonic_health::ServingStatus::Serving
-    } else {
-        tonic_health::ServingStatus::NotServing
-    };
-    reporter.set_service_status("", status).await;
-    reporter
-        .set_service_status("leasehold.v1.Leasehold", status)
-        .await;
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -453,6 +338,21 @@ impl Leasehold for Sidecar {
     ) -> Result<Response<AppendResponse>, Status> {
         let answered = self.append_call(request.into_inner()).await;
         self.record("append", &answered);
+        answered
+    }
+
+    async fn trim(&self, request: Request<TrimRequest>) -> Result<Response<TrimResponse>, Status> {
+        let answered = self.trim_call(request.into_inner()).await;
+        self.record("trim", &answered);
+        answered
+    }
+
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let answered = self.delete_call(request.into_inner()).await;
+        self.record("delete", &answered);
         answered
     }
 
@@ -510,109 +410,31 @@ impl Sidecar {
         if self.inner.stop.is_cancelled() {
             return Err(Status::unavailable("the sidecar is shutting down"));
         }
+        let open = hold(
+            &self.inner.bounds.streams,
+            1,
+            "TOO_MANY_STREAMS",
+            &format!(
+                "{} Attach streams are open (--max-streams)",
+                self.inner.options.max_streams
+            ),
+        )?;
         let peer = request.remote_addr();
         let requests = request.into_inner();
-        let (sender, receiver) = mpsc::channel(64);
+        let (sender, receiver) = tokio::sync::mpsc::channel(64);
         let stream = {
             let mut sessions = self.inner.lock();
             sessions.next_stream += 1;
             sessions.next_stream
         };
-        self.inner
-            .streams
-            .spawn(attach::run(self.clone(), stream, peer, requests, sender));
+        let run = attach::run(self.clone(), stream, peer, requests, sender);
+        self.inner.streams.spawn(async move {
+            run.await;
+            drop(open);
+        });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))
-    }
-
-    async fn append_call(
-        &self,
-        request: AppendRequest,
-    ) -> Result<Response<AppendResponse>, Status> {
-        let session = parse_session(&request.session).map_err(|r| r.status())?;
-        let epoch = Epoch(request.epoch);
-        let (owned, requests) = match self.standing(session, epoch) {
-            Standing::Owned(owned) => {
-                let requests = owned.requests.clone();
-                (Some(owned), Some(requests))
-            }
-            Standing::Ended(requests, refusal) => {
-                if request.request_id.is_empty() {
-                    return Err(refusal.status());
-                }
-                // A retry of a request made while the session was owned is still answered.
-                let _ = refusal;
-                (None, Some(requests))
-            }
-            Standing::Refused(refusal) => return Err(refusal.status()),
-        };
-        let answer = |outcome: Outcome| match outcome {
-            Outcome::Appended(response) => Ok(Response::new(response)),
-            Outcome::Refused(refusal) => Err(refusal.status()),
-            Outcome::Unknown { .. } => Err(Refusal::outcome_unknown(
-                session,
-                epoch,
-                "the transaction's outcome stayed unknown",
-            )
-            .status()),
-        };
-        let (Some(requests), false) = (requests, request.request_id.is_empty()) else {
-            let owned = owned.expect("a session without requests is owned");
-            return answer(Self::append_to(&owned, &request.payloads).await);
-        };
-        let id = request.request_id.as_str();
-        let mut retry = false;
-        let first = match requests.begin(id, requests::digest(&request.payloads)) {
-            Begun::Reused => return Err(Refusal::reused(id).status()),
-            Begun::First(sender) => {
-                let Some(owned) = owned else {
-                    // Ended, and this id was never seen: not appended.
-                    let refusal = match self.standing(session, epoch) {
-                        Standing::Ended(_, refusal) | Standing::Refused(refusal) => refusal,
-                        Standing::Owned(_) => Refusal::not_owner(session, epoch, None),
-                    };
-                    requests.finish(&sender, Outcome::Refused(refusal.clone()));
-                    return Err(refusal.status());
-                };
-                // On a task of its own: a caller that goes away (its deadline passed, its
-                // connection closed) does not take the outcome with it, and its retry finds it.
-                let outcome = sender.subscribe();
-                let (requests, payloads) = (requests.clone(), request.payloads);
-                tokio::spawn(async move {
-                    let appended = Self::append_to(&owned, &payloads).await;
-                    requests.finish(&sender, appended);
-                });
-                outcome
-            }
-            Begun::Retry(first) => {
-                retry = true;
-                first
-            }
-        };
-        let Some(outcome) = requests::outcome_of(first).await else {
-            // Only a runtime shutting down drops the task before it finishes.
-            return Err(
-                Refusal::outcome_unknown(session, epoch, "the sidecar is shutting down").status(),
-            );
-        };
-        let (outcome, how) = match outcome {
-            Outcome::Unknown {
-                first_seq,
-                last_seq,
-            } => {
-                let (settled, fin) = self.settle(session, epoch, (first_seq, last_seq)).await;
-                if fin {
-                    requests.settled(id, settled.clone());
-                }
-                (settled, if fin { "settled" } else { "unknown" })
-            }
-            outcome => (outcome, "remembered"),
-        };
-        if retry {
-            self.inner.store.metrics().sidecar_retry(how);
-        }
-        answer(outcome)
     }
 
     fn replay_call(
@@ -620,10 +442,22 @@ impl Sidecar {
         request: ReplayRequest,
     ) -> Result<Response<<Self as Leasehold>::ReplayStream>, Status> {
         let session = parse_session(&request.session).map_err(|r| r.status())?;
+        let open = hold(
+            &self.inner.bounds.replays,
+            1,
+            "TOO_MANY_REPLAYS",
+            &format!(
+                "{} Replay streams are open (--max-replays)",
+                self.inner.options.max_replays
+            ),
+        )?;
         let store = self.inner.store.clone();
         let stop = self.inner.stop.clone();
-        let (sender, receiver) = mpsc::channel(64);
-        tokio::spawn(replay::replay(store, session, request, sender, stop));
+        let (sender, receiver) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            replay::replay(store, session, request, sender, stop).await;
+            drop(open);
+        });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))

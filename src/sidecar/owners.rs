@@ -1,18 +1,24 @@
 //! `Owner` and `WatchOwners`: the sidecar's [`OwnerDirectory`], for clients in any language.
 //!
 //! The directory is started at the first call that needs it (one snapshot and one watch for
-//! the whole sidecar, shared by every call), and lives as long as the sidecar.
+//! the whole sidecar, shared by every call), and lives as long as the sidecar. A `WatchOwners`
+//! stream buffers at most 256 changes for its client, then the directory's own 4,096; past
+//! them it is told how many it `missed`.
 
+use etcd_client::KvClient;
 use tokio::sync::mpsc;
 use tonic::{Response, Status};
+use uuid::Uuid;
 
 use super::proto::{
     HostChange, HostInfo, OwnerChange, OwnerInfo, OwnerMoved, OwnerReleased, OwnerRequest,
     OwnerResponse, WatchOwnersRequest, owner_change,
 };
 use super::refusal::Refusal;
-use super::{BoxStream, Sidecar, parse_session};
+use super::{BoxStream, Sidecar, hold, parse_session};
 use crate::directory::{Change, Node, Owner, OwnerDirectory};
+use crate::lease::Epoch;
+use crate::store::OwnerValue;
 
 impl Sidecar {
     /// The sidecar's directory, started on first use.
@@ -45,6 +51,15 @@ impl Sidecar {
         &self,
         _request: WatchOwnersRequest,
     ) -> Result<Response<BoxStream<OwnerChange>>, Status> {
+        let open = hold(
+            &self.inner.bounds.watches,
+            1,
+            "TOO_MANY_WATCHES",
+            &format!(
+                "{} WatchOwners streams are open (--max-watches)",
+                self.inner.options.max_watches
+            ),
+        )?;
         let directory = self.directory().await?.clone();
         // Subscribed before the snapshot is read, so that no change falls between the two.
         let mut changes = directory.changes();
@@ -52,6 +67,7 @@ impl Sidecar {
         let (sender, receiver) = mpsc::channel(256);
         let stop = self.inner.stop.clone();
         tokio::spawn(async move {
+            let _open = open;
             let first = snapshot
                 .owners
                 .iter()
@@ -85,6 +101,27 @@ impl Sidecar {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))
+    }
+}
+
+impl Sidecar {
+    /// The owner of `session` from a linearizable read: its epoch and node name.
+    pub(super) async fn owner(&self, session: Uuid) -> Result<Option<(Epoch, String)>, Refusal> {
+        let key = self.inner.store.namespace().owner_key(session);
+        let response = self
+            .inner
+            .store
+            .connection()
+            .read("owner", |mut client: KvClient, _| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await
+            .map_err(|error| Refusal::etcd(&error))?;
+        Ok(response.kvs().first().map(|kv| {
+            let node = OwnerValue::decode(kv.value()).map_or_else(String::new, |value| value.node);
+            (Epoch::from_revision(kv.create_revision()), node)
+        }))
     }
 }
 

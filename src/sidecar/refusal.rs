@@ -10,7 +10,9 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
 
 use crate::etcd::{EtcdError, FailureClass};
-use crate::journal::{JournalWriteError, OpenJournalError};
+use crate::journal::{
+    JournalWriteError, OpenJournalError, ReplayError, RetentionError, Unknowable,
+};
 use crate::lease::{Epoch, LossReason};
 
 /// The `domain` of every `ErrorInfo` the sidecar sends.
@@ -59,11 +61,38 @@ impl Refusal {
     }
 
     /// A request id reused for other records.
-    pub(crate) fn reused(request_id: &str) -> Self {
+    pub(crate) fn reused() -> Self {
         Self::malformed(
             "request_id",
-            format!("request_id {request_id:?} was used for other records under this epoch"),
+            "the request_id names an append of other records under this epoch",
         )
+    }
+
+    /// A request id past the sidecar's bound.
+    pub(crate) fn request_id_too_long(length: usize, max: usize) -> Self {
+        Self::malformed(
+            "request_id",
+            format!("the request_id is {length} bytes; at most {max}"),
+        )
+    }
+
+    /// The call does not carry the live ownership's token.
+    pub(crate) fn not_holder(session: uuid::Uuid, epoch: Epoch) -> Self {
+        Refusal::new(
+            Code::PermissionDenied,
+            "NOT_HOLDER",
+            format!(
+                "session {session} epoch {epoch}: only the stream that holds the ownership \
+                 writes, with its token (Acquired.token)"
+            ),
+        )
+        .with("session", session)
+        .with("epoch", epoch)
+    }
+
+    /// Past one of the sidecar's bounds: `reason`, and the bound's flag.
+    pub(crate) fn exhausted(reason: &'static str, what: impl std::fmt::Display) -> Self {
+        Refusal::new(Code::ResourceExhausted, reason, what.to_string())
     }
 
     /// Another owner fenced `epoch`: the session is owned at `owner` now.
@@ -105,6 +134,54 @@ impl Refusal {
         match owner {
             Some(owner) => refusal.with("owner_epoch", owner),
             None => refusal,
+        }
+    }
+
+    /// The journal cannot tell whether the append is in it (`why`); `gone`: for good.
+    pub(crate) fn unknowable(session: uuid::Uuid, epoch: Epoch, why: Unknowable) -> Self {
+        let refusal = Refusal::outcome_unknown(session, epoch, why);
+        match why {
+            Unknowable::Trimmed => refusal.with("gone", "trimmed"),
+            Unknowable::NoFence => refusal.with("gone", "no_fence"),
+            _ => refusal,
+        }
+    }
+
+    /// What a failed read of a journal (a replay, a search for a request id) is for the
+    /// client.
+    pub(crate) fn of_read(error: &ReplayError) -> Self {
+        let message = crate::etcd::chain(error);
+        match error {
+            ReplayError::Compacted { .. } => Refusal::new(Code::OutOfRange, "COMPACTED", message),
+            ReplayError::Decode(_) => Refusal::new(Code::DataLoss, "UNDECODABLE", message),
+            ReplayError::Etcd(error) => Refusal::etcd(error),
+        }
+    }
+
+    /// What a failed trim or delete is for the client.
+    pub(crate) fn of_retention(session: uuid::Uuid, epoch: Epoch, error: &RetentionError) -> Self {
+        let message = crate::etcd::chain(error);
+        match error {
+            RetentionError::LeaseLost(lost) => Refusal::lease_lost(
+                session,
+                epoch,
+                lost.source.reason.map_or("expired", loss_label),
+            ),
+            RetentionError::NotOwner { owner, .. } => match owner {
+                Some(owner) if *owner > epoch => Refusal::fenced(session, epoch, Some(*owner)),
+                owner => Refusal::not_owner(session, epoch, *owner),
+            },
+            RetentionError::Owned { owner, .. } => {
+                Refusal::new(Code::FailedPrecondition, "OWNED", message)
+                    .with("session", session)
+                    .with("owner_epoch", owner)
+            }
+            RetentionError::BeyondTip { tip, .. } => {
+                Refusal::new(Code::OutOfRange, "BEYOND_TIP", message).with("tip_seq", tip)
+            }
+            RetentionError::Decode(_) => Refusal::new(Code::DataLoss, "UNDECODABLE", message),
+            RetentionError::Contended { .. } => Refusal::unavailable(message),
+            RetentionError::Etcd(error) => Refusal::etcd(error),
         }
     }
 
@@ -189,22 +266,30 @@ impl Refusal {
             JournalWriteError::OutcomeUnknown(_) => {
                 Refusal::outcome_unknown(session, epoch, message)
             }
-            // Not sent: the journal stopped knowing its tip since an earlier append (whose own
-            // caller was told OUTCOME_UNKNOWN). The session is given up.
-            JournalWriteError::Indeterminate => {
-                Refusal::lease_lost(session, epoch, "journal_broken")
-            }
+            // The journal no longer knows its tip: this call's transaction went away unsettled,
+            // or an earlier one's outcome stayed unknown. The session is given up, and the
+            // retry learns from the journal whether the call is in it.
+            JournalWriteError::Indeterminate => Refusal::outcome_unknown(session, epoch, message),
             JournalWriteError::Closed => Refusal::lease_lost(session, epoch, "released"),
             JournalWriteError::Etcd(error) => Refusal::etcd(error)
                 .with("session", session)
                 .with("epoch", epoch),
+            JournalWriteError::KeyReused => Refusal::reused(),
+            JournalWriteError::Trimmed { first_seq } => {
+                Refusal::unknowable(session, epoch, Unknowable::Trimmed)
+                    .with("first_seq", first_seq)
+            }
+            JournalWriteError::Undecodable(_) => {
+                Refusal::new(Code::DataLoss, "UNDECODABLE", message)
+            }
+            JournalWriteError::KeysExhausted { max } => Refusal::exhausted(
+                "REQUEST_IDS_EXHAUSTED",
+                format!(
+                    "the sidecar's owned sessions hold {max} request ids already \
+                     (--max-request-ids): retry once sessions are released"
+                ),
+            ),
         }
-    }
-
-    /// Whether a call refused so certainly did not append, and trying again may: the next call
-    /// with its request id is sent anew (see [`requests`](super::requests)).
-    pub(crate) fn retry_sends_again(&self) -> bool {
-        self.reason == Some("ETCD_UNAVAILABLE")
     }
 
     /// The status, with its details.
@@ -221,7 +306,7 @@ impl Refusal {
             (None, Some(field)) => ErrorDetails::with_bad_request_violation(field, &self.message),
             (None, None) => ErrorDetails::new(),
         };
-        if self.code == Code::Unavailable {
+        if matches!(self.code, Code::Unavailable | Code::ResourceExhausted) {
             details.set_retry_info(Some(RETRY_AFTER));
         }
         Status::with_error_details(self.code, &self.message, details)

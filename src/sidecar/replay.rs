@@ -1,6 +1,5 @@
 //! The `Replay` stream: a session's journal at one revision, then what commits after.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -9,7 +8,7 @@ use tonic::Status;
 use uuid::Uuid;
 
 use super::proto::{self, ReplayRequest, ReplayResponse};
-use super::refusal::{DOMAIN, Refusal};
+use super::refusal::Refusal;
 use crate::journal::Record;
 use crate::store::Store;
 
@@ -34,7 +33,7 @@ pub(super) async fn replay(
             () = stop.cancelled() => return,
         };
         let Some(record) = record else { break };
-        let record = record.map_err(|error| replay_status(&error));
+        let record = record.map_err(|error| Refusal::of_read(&error).status());
         if let Ok(record) = &record {
             next_seq = record.seq().saturating_add(1);
         }
@@ -54,7 +53,7 @@ pub(super) async fn replay(
             () = stop.cancelled() => return,
         };
         let Some(record) = record else { return };
-        let record = record.map_err(|error| replay_status(&error));
+        let record = record.map_err(|error| Refusal::of_read(&error).status());
         if !send_record(&sender, record, request.records).await {
             return;
         }
@@ -89,20 +88,4 @@ async fn send_record(
         Ok(Record::Fence(_)) => return true,
     };
     sender.send(Ok(message)).await.is_ok()
-}
-
-/// A replay's failure as a status.
-fn replay_status(error: &crate::journal::ReplayError) -> Status {
-    use crate::journal::ReplayError;
-    let (code, reason) = match error {
-        ReplayError::Compacted { .. } => (tonic::Code::OutOfRange, "COMPACTED"),
-        ReplayError::Decode(_) => (tonic::Code::DataLoss, "UNDECODABLE"),
-        ReplayError::Etcd(error) => return Refusal::etcd(error).status(),
-    };
-    let details = tonic_types::ErrorDetails::with_error_info(
-        reason,
-        DOMAIN,
-        HashMap::<String, String>::new(),
-    );
-    <Status as tonic_types::StatusExt>::with_error_details(code, crate::etcd::chain(error), details)
 }

@@ -437,7 +437,8 @@ impl Store {
 
     /// Acquires `session`, standing by while someone else holds it: woken by the owner key's
     /// delete (one watch event, then one transaction), with a slow re-check every
-    /// `standby_recheck` as a backstop against a lost event. Gives up with
+    /// `standby_recheck` as a backstop against a lost event: a read of the owner key (no raft
+    /// proposal), the transaction sent again only once the key is gone. Gives up with
     /// [`AcquireError::TimedOut`] after `timeout`; `Duration::MAX` waits forever (a timeout
     /// longer than about 30 years waits that long). Dropping the future cancels it.
     pub async fn acquire_lease_wait(
@@ -462,13 +463,39 @@ impl Store {
                 }
                 Err(error) => return Err(error),
             }
-            tokio::select! {
-                _ = standby.notified() => {}
-                _ = tokio::time::sleep(self.shared.standby_recheck) => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(timed_out()),
-                _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
+            loop {
+                tokio::select! {
+                    _ = standby.notified() => break,
+                    _ = tokio::time::sleep(self.shared.standby_recheck) => {}
+                    _ = tokio::time::sleep_until(deadline) => return Err(timed_out()),
+                    _ = self.shared.shutdown.cancelled() => return Err(AcquireError::StoreClosed),
+                }
+                let held = tokio::time::timeout_at(deadline, self.owner_key_exists(session));
+                // Gone, or the read failed: the transaction says.
+                if !held.await.map_err(|_| timed_out())? {
+                    break;
+                }
             }
         }
+    }
+
+    /// Whether `session`'s owner key exists, from a linearizable read of its key alone; false
+    /// if the read fails.
+    async fn owner_key_exists(&self, session: Uuid) -> bool {
+        let key = self.shared.namespace.owner_key(session);
+        let read = self
+            .shared
+            .connection
+            .read(
+                "standby re-check",
+                |mut client: etcd_client::KvClient, _| {
+                    let options = etcd_client::GetOptions::new().with_keys_only();
+                    let key = key.clone();
+                    async move { client.get(key, Some(options)).await }
+                },
+            )
+            .await;
+        read.is_ok_and(|response| !response.kvs().is_empty())
     }
 
     /// Opens `session`'s journal for appending under `lease`: appends a fence at the current
@@ -577,6 +604,50 @@ impl Store {
     /// hydration), at one snapshot revision. Needs no lease.
     pub fn replay_records(&self, session: Uuid) -> Replay {
         self.replay_with(session, self.shared.replay.clone())
+    }
+
+    /// What became of an append to `session`'s journal under `epoch` made with `key`
+    /// ([`Journal::append_with_key`](crate::Journal::append_with_key)), from the journal's own
+    /// records, with `payloads` to compare: for a retry that comes after the journal that made
+    /// it is gone (its process restarted, the session moved on). Needs no lease, and appends
+    /// nothing.
+    ///
+    /// One linearizable read of the owner key, tip and base, then the records back from the tip
+    /// a page at a time (1,000 records, fewer when large) to the key's append or to `epoch`'s
+    /// fence: see [`Found`](crate::Found) for what it can say, and the
+    /// [`journal`](mod@crate::journal) module for the protocol.
+    ///
+    /// ```no_run
+    /// # async fn example(store: leasehold::Store, session: leasehold::Uuid, epoch: leasehold::Epoch)
+    /// # -> Result<(), leasehold::ReplayError> {
+    /// use leasehold::{Found, IdempotencyKey};
+    ///
+    /// let key = IdempotencyKey::new("order-7/step-3");
+    /// match store.find_append(session, epoch, key, &[b"charged card"]).await? {
+    ///     Found::Appended(appended) => println!("committed at {}", appended.first_seq),
+    ///     Found::NotAppended => println!("not in the journal, and never will be"),
+    ///     Found::Unknown(why) => println!("cannot tell: {why}"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn find_append<P: AsRef<[u8]>>(
+        &self,
+        session: Uuid,
+        epoch: crate::lease::Epoch,
+        key: journal::IdempotencyKey,
+        payloads: &[P],
+    ) -> Result<journal::Found, journal::ReplayError> {
+        journal::find(
+            &self.shared.connection,
+            &self.shared.namespace,
+            session,
+            epoch,
+            key,
+            payloads,
+        )
+        .await
     }
 
     /// [`replay_records`](Self::replay_records) with other paging.
@@ -719,6 +790,7 @@ impl StoreShared {
                     policy: self.write.clone(),
                     stop: self.shutdown.clone(),
                     batcher: self.batcher.clone(),
+                    keys: crate::journal::KeyBudget::new(self.journal.max_keys),
                 })
             })
             .clone()

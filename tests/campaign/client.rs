@@ -75,14 +75,16 @@ async fn own(
     };
     let Ok(events) = attached else { return };
     let mut events = events.into_inner();
-    let epoch = loop {
+    let (epoch, token) = loop {
         let message = tokio::select! {
             message = events.message() => message,
             () = stop.cancelled() => return,
         };
         match message {
             Ok(Some(message)) => match message.event {
-                Some(attach_response::Event::Acquired(acquired)) => break acquired.epoch,
+                Some(attach_response::Event::Acquired(acquired)) => {
+                    break (acquired.epoch, acquired.token);
+                }
                 Some(attach_response::Event::Failed(_)) => return,
                 _ => continue,
             },
@@ -116,8 +118,13 @@ async fn own(
         owned.cancel();
     };
     let append = |max_batch| {
+        let ownership = Ownership {
+            session,
+            epoch,
+            token: token.clone(),
+        };
         appender(
-            node, client, session, epoch, max_batch, pace, history, &owned, stop,
+            node, client, ownership, max_batch, pace, history, &owned, stop,
         )
     };
     let validate = validator(node, client, session, epoch, pace, history, &owned);
@@ -132,18 +139,29 @@ async fn own(
     drop(requests);
 }
 
+/// What a client holds of an ownership: the session, its epoch and the token to write with.
+struct Ownership {
+    session: Uuid,
+    epoch: u64,
+    token: Vec<u8>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn appender(
     node: usize,
     client: &LeaseholdClient<Channel>,
-    session: Uuid,
-    epoch: u64,
+    ownership: Ownership,
     max_batch: usize,
     pace: Duration,
     history: &Arc<History>,
     owned: &CancellationToken,
     stop: &CancellationToken,
 ) {
+    let Ownership {
+        session,
+        epoch,
+        token,
+    } = ownership;
     let mut n = 0;
     while !owned.is_cancelled() {
         n += 1;
@@ -155,6 +173,7 @@ async fn appender(
             epoch,
             payloads: call.payloads.clone(),
             request_id: Uuid::new_v4().to_string(),
+            token: token.clone(),
         };
         match settle(client, request, stop).await {
             Told::Appended(appended) => {

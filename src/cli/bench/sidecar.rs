@@ -78,9 +78,11 @@ impl Bench {
             .await
             .map_err(Failure::runtime)?
             .into_inner();
-        let epoch = match events.message().await.map_err(Failure::runtime)? {
+        let (epoch, token) = match events.message().await.map_err(Failure::runtime)? {
             Some(message) => match message.event {
-                Some(attach_response::Event::Acquired(acquired)) => acquired.epoch,
+                Some(attach_response::Event::Acquired(acquired)) => {
+                    (acquired.epoch, acquired.token)
+                }
                 other => return Err(Failure::message(format!("attach: {other:?}"), 1)),
             },
             None => return Err(Failure::message("attach: the stream ended", 1)),
@@ -89,6 +91,7 @@ impl Bench {
             client,
             session,
             epoch,
+            token,
         };
 
         // etcd's count of transactions it started, to tell how many appends each carried.
@@ -224,6 +227,7 @@ struct Remote {
     client: LeaseholdClient<Channel>,
     session: String,
     epoch: u64,
+    token: Vec<u8>,
 }
 
 impl Remote {
@@ -236,6 +240,7 @@ impl Remote {
                 epoch: self.epoch,
                 payloads: vec![vec![7u8; 64]],
                 request_id: id.to_string(),
+                token: self.token.clone(),
             })
             .await
             .map(drop)

@@ -24,7 +24,8 @@
 //! transaction, and its journal learns which. A journal whose lease is lost, or whose journal
 //! is fenced, indeterminate or closed, has its waiting calls refused without sending anything.
 //!
-//! Lock order: the ready list, then a writer's state. Neither is held across an `.await`.
+//! Lock order: the ready list, then a writer's state, then its keys. None is held across an
+//! `.await`.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,7 +38,9 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent, append_size};
-use super::record::{self, Tip, encode_tip};
+use super::key::IdempotencyKey;
+use super::keyed::{KeyBudget, KeyIndex, Ticket};
+use super::record::{self, Keyed, Tip, encode_tip};
 use super::{AppendError, Appended, JournalLeaseLostError, JournalLimits, JournalWriteError};
 use crate::etcd::Connection;
 use crate::etcd::write::WritePolicy;
@@ -62,10 +65,6 @@ pub(crate) struct Answer {
     pub(crate) result: Result<Appended, JournalWriteError>,
     pub(crate) by_read: bool,
     pub(crate) for_space: bool,
-    /// The call's place in the transaction that took it (its first and last sequence numbers),
-    /// whatever that transaction came to; `None` if none took it. An outcome left unknown is
-    /// settled later by the record at the first: this journal's epoch there means committed.
-    pub(crate) place: Option<(u64, u64)>,
 }
 
 impl Answer {
@@ -74,21 +73,50 @@ impl Answer {
             result: Err(error),
             by_read: false,
             for_space: false,
-            place: None,
         }
     }
 }
 
-/// A call waiting for a transaction: its records, and where its answer goes.
+/// A call waiting for a transaction: its records, and where its answer goes (with its key's
+/// ticket, for the first call of an idempotency key).
 struct Call {
     records: Records,
     reply: oneshot::Sender<Answer>,
+    ticket: Option<Ticket>,
+}
+
+impl Call {
+    fn new(records: Records, reply: oneshot::Sender<Answer>) -> Self {
+        Self {
+            records,
+            reply,
+            ticket: None,
+        }
+    }
+
+    /// Tells the call (and its key's waiting calls) what it came to.
+    fn answer(mut self, answer: Answer) {
+        if let Some(ticket) = self.ticket.take() {
+            ticket.answer(&answer.result);
+        }
+        // A caller that went away meanwhile no longer needs its answer.
+        let _ = self.reply.send(answer);
+    }
+
+    /// A transaction took it.
+    fn sent(&mut self) {
+        if let Some(ticket) = &mut self.ticket {
+            ticket.sent();
+        }
+    }
 }
 
 /// What a call appends.
 enum Records {
     /// One event per payload.
     Events(Vec<Vec<u8>>),
+    /// One event per payload, each carrying the append's idempotency key and its place in it.
+    Keyed(IdempotencyKey, Vec<Vec<u8>>),
     /// The journal's fence after the tip it names (`None`: no records yet): the first append
     /// of a journal being opened, alone in its journal's append.
     Fence(Option<Tip>),
@@ -97,7 +125,7 @@ enum Records {
 impl Records {
     fn len(&self) -> usize {
         match self {
-            Self::Events(payloads) => payloads.len(),
+            Self::Events(payloads) | Self::Keyed(_, payloads) => payloads.len(),
             Self::Fence(_) => 1,
         }
     }
@@ -108,11 +136,16 @@ impl Records {
 
     /// The length of each record's encoded value.
     fn value_lens(&self) -> impl Iterator<Item = usize> + '_ {
-        let (events, fence) = match self {
-            Self::Events(payloads) => (payloads.as_slice(), None),
-            Self::Fence(previous) => ([].as_slice(), Some(record::fence_len(previous.as_ref()))),
+        let (events, header, fence) = match self {
+            Self::Events(payloads) => (payloads.as_slice(), record::RECORD_HEADER, None),
+            Self::Keyed(_, payloads) => (
+                payloads.as_slice(),
+                record::RECORD_HEADER + record::KEYED_PART,
+                None,
+            ),
+            Self::Fence(previous) => ([].as_slice(), 0, Some(record::fence_len(previous.as_ref()))),
         };
-        let events = events.iter().map(|p| record::RECORD_HEADER + p.len());
+        let events = events.iter().map(move |p| header + p.len());
         events.chain(fence)
     }
 
@@ -124,6 +157,23 @@ impl Records {
                 .zip(first_seq..)
                 .map(|(payload, seq)| record::encode_event(seq, epoch, nonce, payload))
                 .collect(),
+            Self::Keyed(key, payloads) => {
+                // Within one transaction's limits: far fewer than u32::MAX records.
+                let parts = u32::try_from(payloads.len()).unwrap_or(u32::MAX);
+                payloads
+                    .iter()
+                    .zip(first_seq..)
+                    .zip(0..)
+                    .map(|((payload, seq), part)| {
+                        let keyed = Keyed {
+                            key: *key,
+                            part,
+                            parts,
+                        };
+                        record::encode_keyed_event(seq, epoch, nonce, keyed, payload)
+                    })
+                    .collect()
+            }
             Self::Fence(previous) => vec![record::encode_fence(first_seq, epoch, nonce, *previous)],
         }
     }
@@ -153,6 +203,8 @@ pub(crate) struct Writer {
     /// The lengths of a record key and of the tip key, for [`encoded_size`](Self::encoded_size).
     key_lengths: (usize, usize),
     state: Mutex<State>,
+    /// The idempotency keys its appends were sent with.
+    keys: Arc<KeyIndex>,
     /// Set once the journal can no longer append: fenced, indeterminate, or its lease found
     /// lost.
     broken: Broken,
@@ -221,6 +273,7 @@ impl Writer {
         namespace: Namespace,
         next_seq: u64,
         tip_mod_revision: i64,
+        keys: &Arc<KeyBudget>,
     ) -> Arc<Self> {
         let session = ownership.session_id();
         let key_lengths = (
@@ -239,6 +292,7 @@ impl Writer {
                 in_flight: false,
                 listed: false,
             }),
+            keys: KeyIndex::new(keys.clone()),
             broken: Broken::default(),
             idle: Notify::new(),
         })
@@ -253,13 +307,19 @@ impl Writer {
         self.state().next_seq
     }
 
-    /// The encoded size the limits are checked against, for an append of these payloads.
-    pub(crate) fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P]) -> usize {
-        self.size_of(
-            payloads
-                .iter()
-                .map(|p| record::RECORD_HEADER + p.as_ref().len()),
-        )
+    /// The encoded size the limits are checked against, for an append of these payloads
+    /// (`keyed`: made with an idempotency key).
+    pub(crate) fn encoded_size<P: AsRef<[u8]>>(&self, payloads: &[P], keyed: bool) -> usize {
+        let header = match keyed {
+            false => record::RECORD_HEADER,
+            true => record::RECORD_HEADER + record::KEYED_PART,
+        };
+        self.size_of(payloads.iter().map(|p| header + p.as_ref().len()))
+    }
+
+    /// The idempotency keys its appends were sent with.
+    pub(crate) fn keys(&self) -> &Arc<KeyIndex> {
+        &self.keys
     }
 
     /// The encoded size of an append of records whose values have these lengths.
@@ -331,6 +391,7 @@ impl Writer {
     /// whose callers went away are withdrawn first. Each call fits alone (checked when it was
     /// made).
     fn coalesce(&self, state: &mut State, limits: &JournalLimits) -> (usize, usize, usize) {
+        // Dropped: a key's ticket among them says its call was withdrawn.
         state.waiting.retain(|call| !call.reply.is_closed());
         // The size is the fixed part plus each record's: sum the calls' record parts.
         let fixed = self.size_of([]);
@@ -395,9 +456,7 @@ impl Writer {
         state.condition = Condition::Indeterminate;
         self.broken.set();
         for call in state.waiting.drain(..) {
-            let _ = call
-                .reply
-                .send(Answer::refused(JournalWriteError::Indeterminate));
+            call.answer(Answer::refused(JournalWriteError::Indeterminate));
         }
         drop(state);
         self.idle.notify_waiters();
@@ -601,7 +660,26 @@ impl Batcher {
         writer: &Arc<Writer>,
         payloads: Vec<Vec<u8>>,
     ) -> Answer {
-        self.call(writer, Records::Events(payloads)).await
+        self.call(
+            writer,
+            Call::new(Records::Events(payloads), oneshot::channel().0),
+        )
+        .await
+    }
+
+    /// Queues the append of `payloads` under `ticket`'s idempotency key (its first call), and
+    /// waits for its answer. Cancel safe as [`append`](Self::append); the ticket records what
+    /// the call came to in the journal's keys, also when it is dropped.
+    pub(crate) async fn append_keyed(
+        self: &Arc<Self>,
+        writer: &Arc<Writer>,
+        ticket: Ticket,
+        payloads: Vec<Vec<u8>>,
+    ) -> Answer {
+        let records = Records::Keyed(ticket.key(), payloads);
+        let mut call = Call::new(records, oneshot::channel().0);
+        call.ticket = Some(ticket);
+        self.call(writer, call).await
     }
 
     /// Queues `writer`'s fence after `previous`, the first append of a journal being opened
@@ -613,12 +691,18 @@ impl Batcher {
         writer: &Arc<Writer>,
         previous: Option<Tip>,
     ) -> Answer {
-        self.call(writer, Records::Fence(previous)).await
+        self.call(
+            writer,
+            Call::new(Records::Fence(previous), oneshot::channel().0),
+        )
+        .await
     }
 
-    async fn call(self: &Arc<Self>, writer: &Arc<Writer>, records: Records) -> Answer {
+    /// Queues `call` (its reply made here) and waits for its answer.
+    async fn call(self: &Arc<Self>, writer: &Arc<Writer>, mut call: Call) -> Answer {
         let (reply, answer) = oneshot::channel();
-        match self.join(writer, Call { records, reply }) {
+        call.reply = reply;
+        match self.join(writer, call) {
             Err(refused) => return Answer::refused(refused),
             // Whoever listed the journal, or the transaction it is in, pumps after this.
             Ok(Joined::Behind) => {}
@@ -701,7 +785,7 @@ impl Batcher {
                 .then_some(JournalWriteError::SequenceExhausted { seq: first_seq });
             if let Some(refused) = refused.or(exhausted) {
                 for call in state.waiting.drain(..) {
-                    let _ = call.reply.send(Answer::refused(refused.clone()));
+                    call.answer(Answer::refused(refused.clone()));
                 }
             }
             if state.waiting.is_empty() {
@@ -726,7 +810,8 @@ impl Batcher {
             sessions.insert(writer.ownership.session_id());
             (compares, puts, bytes) =
                 (compares + APPEND_COMPARES, puts + records + 1, bytes + size);
-            let calls: Vec<Call> = state.waiting.drain(..calls).collect();
+            let mut calls: Vec<Call> = state.waiting.drain(..calls).collect();
+            calls.iter_mut().for_each(Call::sent);
             if state.waiting.is_empty() {
                 // A journal that appends now and then keeps no queue between its appends.
                 state.waiting = VecDeque::new();
@@ -788,19 +873,16 @@ impl Batcher {
         for call in member.calls.drain(..) {
             // Inside the transaction's range: these never saturate.
             let last_seq = first_seq.saturating_add(call.records.len() as u64 - 1);
-            let place = (first_seq, last_seq);
-            first_seq = last_seq.saturating_add(1);
             let result = result.clone().map(|appended| Appended {
-                first_seq: place.0,
-                last_seq: place.1,
+                first_seq,
+                last_seq,
                 ..appended
             });
-            // A caller that went away meanwhile no longer needs its answer.
-            let _ = call.reply.send(Answer {
+            first_seq = last_seq.saturating_add(1);
+            call.answer(Answer {
                 result,
                 by_read,
                 for_space,
-                place: Some(place),
             });
         }
     }

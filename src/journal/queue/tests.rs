@@ -6,7 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
+use crate::journal::Record;
 use crate::journal::cas::tests::unknown;
+use crate::journal::keyed::{Answering, Begun};
 use crate::lease::{Epoch, LeaseState, LossReason, NodeLease};
 
 async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
@@ -30,7 +32,11 @@ fn writer(session: u128) -> (Arc<LeaseState>, Arc<Writer>) {
     let key = format!("ns/owners/{session}");
     let state = LeaseState::new(Uuid::from_u128(session), Epoch(40), key, Uuid::nil(), node);
     let ownership = Ownership::new(state.clone());
-    (state, Writer::new(ownership, Namespace::default(), 1, 5))
+    let keys = KeyBudget::new(100);
+    (
+        state,
+        Writer::new(ownership, Namespace::default(), 1, 5, &keys),
+    )
 }
 
 /// Queues a call of `records` records on `writer`: where it found the journal, and the
@@ -43,7 +49,7 @@ fn join(
     let (reply, answer) = oneshot::channel();
     let payloads = vec![b"event".to_vec(); records];
     let records = Records::Events(payloads);
-    let joined = batcher.join(writer, Call { records, reply }).unwrap();
+    let joined = batcher.join(writer, Call::new(records, reply)).unwrap();
     (joined, answer)
 }
 
@@ -62,13 +68,7 @@ fn join_now(batcher: &Batcher, writer: &Arc<Writer>) -> Result<(), JournalWriteE
     let (reply, _answer) = oneshot::channel();
     let payloads = vec![b"e".to_vec()];
     batcher
-        .join(
-            writer,
-            Call {
-                records: Records::Events(payloads),
-                reply,
-            },
-        )
+        .join(writer, Call::new(Records::Events(payloads), reply))
         .map(|_| ())
 }
 
@@ -342,7 +342,7 @@ async fn a_transaction_takes_journals_while_their_compares_fit_etcds_operations_
 #[tokio::test]
 async fn a_transaction_takes_journals_while_their_size_fits_etcds_request_limit() {
     let (_state, probe) = writer(1);
-    let one = probe.encoded_size(&[b"event"]);
+    let one = probe.encoded_size(&[b"event"], false);
     // Exactly three members' appends of one record each.
     let limits = JournalLimits::default().with_max_request_bytes(1024 + 3 * one);
     let batcher = batcher(limits).await;
@@ -356,8 +356,8 @@ async fn a_transaction_takes_journals_while_their_size_fits_etcds_request_limit(
 async fn one_journals_append_takes_calls_while_its_size_fits() {
     let (_state, probe) = writer(1);
     let (one, two) = (
-        probe.encoded_size(&[b"event"]),
-        probe.encoded_size(&[b"event", b"event"]),
+        probe.encoded_size(&[b"event"], false),
+        probe.encoded_size(&[b"event", b"event"], false),
     );
     let per_record = two - one;
     // Exactly the fixed part and three records.
@@ -395,4 +395,105 @@ async fn a_breaking_wakes_its_waiters_and_runs_its_hooks_once() {
     broken.on_set(move || late.lock().unwrap().push("late"));
     assert_eq!(*ran.lock().unwrap(), ["first", "second", "late"]);
     broken.wait().await;
+}
+
+/// Queues a call of `records` records under idempotency key `id` on `writer`, as its key's
+/// first call; its answer comes on the receiver.
+fn call_keyed(
+    batcher: &Batcher,
+    writer: &Arc<Writer>,
+    id: &str,
+    records: usize,
+) -> oneshot::Receiver<Answer> {
+    let key = IdempotencyKey::new(id);
+    let Begun::First(ticket) = writer.keys().begin(key, 0) else {
+        panic!("{id} is new")
+    };
+    let (reply, answer) = oneshot::channel();
+    let mut call = Call::new(Records::Keyed(key, vec![b"event".to_vec(); records]), reply);
+    call.ticket = Some(ticket);
+    batcher.join(writer, call).unwrap();
+    answer
+}
+
+fn begun(writer: &Writer, id: &str) -> &'static str {
+    match writer.keys().begin_answer(IdempotencyKey::new(id), 0) {
+        Answering::Nothing => "nothing",
+        Answering::Wait(_) => "wait",
+        Answering::Committed(_) => "committed",
+        Answering::Unknown => "unknown",
+        Answering::Reused => "reused",
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_call_carries_its_key_on_each_record_and_its_answer_goes_to_the_journals_keys() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    let plain = call(&batcher, &w, 1);
+    let keyed = call_keyed(&batcher, &w, "k1", 2);
+    assert_eq!(begun(&w, "k1"), "wait");
+    let members = batcher.take();
+    // Both calls share one append: the keyed call's records are its second and third, each
+    // naming the whole keyed append.
+    let mut seq = members[0].first_seq;
+    let mut values: Vec<Record> = Vec::new();
+    for call in &members[0].calls {
+        for value in call.records.encode(seq, Epoch(40), Uuid::nil()) {
+            values.push(record::decode_record(b"k", Some(seq), &value).unwrap());
+            seq += 1;
+        }
+    }
+    let ranges: Vec<_> = values
+        .iter()
+        .map(|r| match r {
+            Record::Event(event) => event.keyed_append(),
+            Record::Fence(_) => panic!("events only"),
+        })
+        .collect();
+    assert_eq!(ranges, [None, Some((2, 3)), Some((2, 3))]);
+    settle(&batcher, members, || committed(80));
+    assert!(plain.await.unwrap().result.is_ok());
+    let told = keyed.await.unwrap().result.unwrap();
+    assert_eq!((told.first_seq, told.last_seq), (2, 3));
+    assert!(matches!(
+        w.keys().begin_answer(IdempotencyKey::new("k1"), 0),
+        Answering::Committed(2)
+    ));
+}
+
+#[tokio::test]
+async fn a_keyed_call_withdrawn_frees_its_key_and_one_dropped_in_flight_leaves_it_unknown() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    // Its caller goes away before a transaction takes it: nothing was sent.
+    drop(call_keyed(&batcher, &w, "gone", 1));
+    let kept = call_keyed(&batcher, &w, "kept", 1);
+    let members = batcher.take();
+    assert_eq!(members[0].records, 1, "the withdrawn call is not sent");
+    assert_eq!(begun(&w, "gone"), "nothing");
+    // The transaction goes away unsettled (its runtime shut down): it may yet apply.
+    drop(members);
+    assert!(matches!(
+        kept.await.map(|answer| answer.result),
+        Err(_) | Ok(Err(JournalWriteError::Indeterminate))
+    ));
+    assert_eq!(begun(&w, "kept"), "unknown");
+}
+
+#[tokio::test]
+async fn a_keyed_call_refused_or_fenced_frees_its_key() {
+    let batcher = batcher(JournalLimits::default()).await;
+    let (_state, w) = writer(1);
+    let fenced = call_keyed(&batcher, &w, "f", 1);
+    let members = batcher.take();
+    let refused = call_keyed(&batcher, &w, "r", 1);
+    settle(&batcher, members, || Sent::Fenced { by_read: false });
+    assert!(matches!(
+        fenced.await.unwrap().result,
+        Err(JournalWriteError::Fenced(_))
+    ));
+    assert!(batcher.take().is_empty());
+    assert!(refused.await.unwrap().result.is_err());
+    assert_eq!((begun(&w, "f"), begun(&w, "r")), ("nothing", "nothing"));
 }
