@@ -132,10 +132,11 @@ cmd_test() {
     lease_watch_resume lease_no_zombies lease_acquire_unknown lease_shared_writes
     journal_open journal_limits journal_replay journal_retention journal_fencing journal_group_commit
     journal_shared_sessions journal_handover journal_unknown_outcome journal_owner_compare
+    journal_idempotency
     host_sessions host_remove host_registry host_move host_sets rig_gc rig_shutdown
     liveness_balance liveness_blip liveness_bounded_tasks liveness_host_recovers liveness_leader_kill
     liveness_resolve_on_loss liveness_shutdown_order liveness_workspace_root
-    security_auth security_tls cli_admin sidecar)
+    security_auth security_tls cli_admin sidecar sidecar_writes)
   LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.4.23 timeout --signal=INT --kill-after=60 15m \
     cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"

@@ -171,3 +171,43 @@ async fn leasehold_serve_listens_on_a_unix_socket() {
     assert!(exit.success(), "{exit:?}");
     assert!(!socket.exists(), "the socket file is removed on shutdown");
 }
+
+/// The sidecar's guarantees for every client (tests/python/guarantees_test.py), through a
+/// Python client that builds every message from server reflection: nobody but the holder
+/// writes; a retry after 1,200 other request ids, after a SIGKILL and restart of its sidecar,
+/// on another sidecar, after a release and 1,200 junk ids, is answered from the journal, once;
+/// a 1 MiB request id is refused without growing the sidecar, and streams, sessions per stream
+/// and replays are bounded by their flags.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sidecars_guarantees_hold_for_a_client_that_knows_only_reflection() {
+    let python = python();
+    let etcd = common::Etcd::start().await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/guarantees_test.py"
+    );
+    let run = tokio::time::timeout(
+        Duration::from_secs(240),
+        tokio::process::Command::new(&python)
+            .arg(script)
+            .args([
+                env!("CARGO_BIN_EXE_leasehold"),
+                etcd.node.endpoint(),
+                etcd.ns.as_str(),
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python test ends within 240 s")
+    .expect("python runs");
+    println!("{}", String::from_utf8_lossy(&run.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "the Python test failed: {:?}",
+        run.status
+    );
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(said.contains(r#""check": "all""#), "{said}");
+}

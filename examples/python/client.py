@@ -20,7 +20,8 @@ events = client.Attach(iter(requests.get, None))  # ownership lasts as long as t
 
 acquired = next(events)
 assert acquired.WhichOneof("event") == "acquired", acquired
-epoch = acquired.acquired.epoch
+# The epoch is public; the token is this stream's alone: it is what lets it write.
+epoch, token = acquired.acquired.epoch, acquired.acquired.token
 print(f"owner of {session} at epoch {epoch}, journal at {acquired.acquired.tip_seq}")
 lost = threading.Event()
 threading.Thread(target=lambda: (next(events, None), lost.set()), daemon=True).start()
@@ -28,8 +29,8 @@ threading.Thread(target=lambda: (next(events, None), lost.set()), daemon=True).s
 for i in range(10):
     if lost.is_set():
         sys.exit("lost the session: stop acting on it")  # the one rule
-    request = pb.AppendRequest(session=session, epoch=epoch, payloads=[f"step {i}".encode()],
-                               request_id=str(uuid.uuid4()))
+    request = pb.AppendRequest(session=session, epoch=epoch, token=token,
+                               payloads=[f"step {i}".encode()], request_id=str(uuid.uuid4()))
     try:
         appended = client.Append(request)  # on UNAVAILABLE, resend the same request
     except grpc.RpcError as error:

@@ -404,6 +404,7 @@ pub(crate) async fn terminate(
 pub(crate) mod nospace;
 pub(crate) mod prometheus;
 pub(crate) mod resets;
+pub(crate) mod sidecar;
 
 /// A plain HTTP/1.1 GET of `path` on `addr` (a node's metrics and health server): (status,
 /// body).

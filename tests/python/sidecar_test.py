@@ -87,6 +87,7 @@ def holder(address, session, appends):
                     pb.AppendRequest(
                         session=session,
                         epoch=epoch,
+                        token=response.acquired.token,
                         payloads=[f"{os.getpid()} {i}".encode()],
                         request_id=f"{os.getpid()}-{i}",
                     )
@@ -231,8 +232,8 @@ def main(address):
     attach = client.Attach(iter(requests.get, None))
     response = next(attach)
     assert response.WhichOneof("event") == "acquired", response
-    mine = response.acquired.epoch
-    request = pb.AppendRequest(session=session, epoch=mine, payloads=[b"once"], request_id="retry-1")
+    mine, token = response.acquired.epoch, response.acquired.token
+    request = pb.AppendRequest(session=session, epoch=mine, token=token, payloads=[b"once"], request_id="retry-1")
     one = client.Append(request)
     two = client.Append(request)
     assert (one.first_seq, one.last_seq) == (two.first_seq, two.last_seq), (one, two)
