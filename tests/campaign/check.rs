@@ -16,13 +16,13 @@
 //! Invariants 6 and 7 (progress within the bound after every heal) are checked while the run
 //! goes on; 8 (no panic) by a panic hook.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use etcd_client::GetOptions;
 use futures_util::StreamExt as _;
 use leasehold::testing::check_journal;
-use leasehold::{Epoch, Record, Store, Uuid};
+use leasehold::{Epoch, IdempotencyKey, Record, Store, Uuid};
 
 use crate::history::{Entry, History};
 
@@ -57,6 +57,12 @@ pub(crate) async fn check(
                 what,
             });
         }
+    }
+    for what in request_ids(store, sessions, history).await {
+        findings.push(Finding {
+            session: None,
+            what,
+        });
     }
     for what in validity(history, &entries) {
         findings.push(Finding {
@@ -145,6 +151,58 @@ async fn revision_order(
             found.push(format!(
                 "invariant 2: record {seq} of epoch {epoch} committed at revision {revision}, after its owner key was deleted at {deleted}"
             ));
+        }
+    }
+    found
+}
+
+/// Invariant 4 for a sidecar's clients, by request id: every request id is in the journal at
+/// most once (one append's records), and every acknowledged one exactly once, where it was told
+/// (unless trimmed away).
+async fn request_ids(store: &Store, sessions: &[Uuid], history: &History) -> Vec<String> {
+    let mut found = Vec::new();
+    for &session in sessions {
+        let requests = history.requests_of(session);
+        if requests.is_empty() {
+            continue;
+        }
+        let mut appended: HashMap<IdempotencyKey, BTreeSet<(u64, u64)>> = HashMap::new();
+        let mut replay = store.replay_records(session);
+        while let Some(record) = replay.next().await {
+            match record {
+                Ok(Record::Event(event)) => {
+                    if let (Some(key), Some(range)) =
+                        (event.idempotency_key(), event.keyed_append())
+                    {
+                        appended.entry(key).or_default().insert(range);
+                    }
+                }
+                Ok(Record::Fence(_)) => {}
+                Err(error) => return vec![format!("{session}: replay failed: {error}")],
+            }
+        }
+        let base = replay.base();
+        for (key, ranges) in &appended {
+            if ranges.len() > 1 {
+                found.push(format!(
+                    "invariant 4: session {session} holds request id {key} more than once: {ranges:?}"
+                ));
+            }
+        }
+        for (key, told) in requests {
+            let Some((first, last)) = told else { continue };
+            if last < base {
+                continue;
+            }
+            match appended.get(&key) {
+                None => found.push(format!(
+                    "invariant 4: session {session}'s acknowledged request id {key} (told {first}..={last}) is not in the journal"
+                )),
+                Some(ranges) if !ranges.contains(&(first, last)) => found.push(format!(
+                    "invariant 4: session {session}'s request id {key} was told {first}..={last}; the journal has it at {ranges:?}"
+                )),
+                Some(_) => {}
+            }
         }
     }
     found

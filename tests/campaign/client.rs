@@ -168,19 +168,35 @@ async fn appender(
         let count = 1 + n % max_batch;
         let payloads = (0..count).map(|_| history.payload(session, node)).collect();
         let call = history.call(session, payloads);
+        let request_id = Uuid::new_v4().to_string();
+        let key = leasehold::IdempotencyKey::new(&request_id);
         let request = AppendRequest {
             session: session.to_string(),
             epoch,
             payloads: call.payloads.clone(),
-            request_id: Uuid::new_v4().to_string(),
+            request_id,
             token: token.clone(),
         };
-        match settle(client, request, stop).await {
+        let told = settle(client, request.clone(), history, stop).await;
+        let acknowledged = match &told {
+            Told::Appended(appended) => Some((appended.first_seq, appended.last_seq)),
+            Told::Refused | Told::Unknown => None,
+        };
+        history.requested(session, key, acknowledged);
+        match told {
             Told::Appended(appended) => {
                 call.done(&Ok(appended));
                 history
                     .sidecar_ok
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n % REPEAT_EVERY == 0 {
+                    // As a client whose answer was lost on its way would: the same call again,
+                    // to be told the same and append nothing.
+                    if let Told::Appended(again) = settle(client, request, history, stop).await {
+                        history.requested(session, key, Some((again.first_seq, again.last_seq)));
+                        history.repeated.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
             Told::Refused => {
                 // Not appended, and never will be: stop acting on the session.
@@ -195,6 +211,9 @@ async fn appender(
         sleep(pace).await;
     }
 }
+
+/// Every this many calls, an acknowledged one is sent again with its request id.
+const REPEAT_EVERY: usize = 8;
 
 /// How long an ended ownership's epoch is still asked about, as a resource outside etcd would be
 /// by the old owner's late requests.
@@ -287,15 +306,19 @@ enum Told {
 async fn settle(
     client: &LeaseholdClient<Channel>,
     request: AppendRequest,
+    history: &History,
     stop: &CancellationToken,
 ) -> Told {
     let deadline = Instant::now() + SETTLE;
-    loop {
+    for attempt in 0.. {
         let mut call = tonic::Request::new(request.clone());
         call.set_timeout(Duration::from_secs(2));
         match client.clone().append(call).await {
             Ok(answer) => {
                 let answer = answer.into_inner();
+                if attempt > 0 {
+                    history.retried_ok.fetch_add(1, Ordering::Relaxed);
+                }
                 return Told::Appended(Appended {
                     first_seq: answer.first_seq,
                     last_seq: answer.last_seq,
@@ -312,6 +335,9 @@ async fn settle(
                         Code::FailedPrecondition | Code::InvalidArgument
                     )
                 {
+                    if attempt > 0 {
+                        history.retried_refused.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Told::Refused;
                 }
                 // Anything else may have appended, or may yet: ask again.
@@ -322,4 +348,5 @@ async fn settle(
         }
         sleep(Duration::from_millis(100)).await;
     }
+    unreachable!("attempts go on until one returns")
 }

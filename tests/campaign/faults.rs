@@ -8,7 +8,7 @@ use etcd_client::{CompactionOptions, Compare, CompareOp, Txn, TxnOp};
 use leasehold::testing::EtcdCluster;
 use leasehold::{Admin, Uuid};
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom as _;
+use rand::seq::{IndexedRandom as _, SliceRandom as _};
 use rand::{Rng as _, SeedableRng as _};
 use tokio::time::{Instant, sleep};
 
@@ -40,10 +40,14 @@ pub(crate) enum Kind {
     Compaction,
     /// An operator trims a journal.
     Trim,
+    /// A sidecar node killed (its process gone at once, as SIGKILL does: nothing released, its
+    /// node lease left to expire) and started again on the same address; its clients retry
+    /// every call with its request id.
+    SidecarRestart,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 11] = [
+    pub(crate) const ALL: [Kind; 12] = [
         Kind::LeaderKill,
         Kind::FollowerKill,
         Kind::Partition,
@@ -55,6 +59,7 @@ impl Kind {
         Kind::Revoke,
         Kind::Compaction,
         Kind::Trim,
+        Kind::SidecarRestart,
     ];
 
     /// Faults that take the cluster or a node away for a while; one at a time, each followed
@@ -76,6 +81,7 @@ impl Kind {
             Kind::Revoke => "revoke",
             Kind::Compaction => "compaction",
             Kind::Trim => "trim",
+            Kind::SidecarRestart => "sidecar_restart",
         }
     }
 }
@@ -188,6 +194,26 @@ impl Target<'_> {
                 sleep(hold).await;
                 node.heal();
                 self.note(format!("reply_drop node-{}", node.index), true);
+            }
+            Kind::SidecarRestart => {
+                let sidecars: Vec<&Node> = self.nodes.iter().filter(|n| n.is_sidecar()).collect();
+                let Some(node) = sidecars.choose(rng) else {
+                    self.note("sidecar_restart: no sidecar node".to_owned(), true);
+                    return;
+                };
+                let down = secs(rng, 0.2, 2.0);
+                self.note(
+                    format!(
+                        "sidecar_restart node-{} killed, down {down:.1?}",
+                        node.index
+                    ),
+                    false,
+                );
+                node.kill_and_restart_sidecar(down).await;
+                self.note(
+                    format!("sidecar_restart node-{} started again", node.index),
+                    true,
+                );
             }
             Kind::Revoke | Kind::Compaction | Kind::Trim => {
                 unreachable!("operator actions are not outages")

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use leasehold::testing::{AppendHistory, Invocation};
-use leasehold::{Appended, Epoch, JournalWriteError, Uuid};
+use leasehold::{Appended, Epoch, IdempotencyKey, JournalWriteError, Uuid};
 use tokio::time::Instant;
 
 /// One lease state change or fault, with when it happened (the campaign's clock: one
@@ -80,6 +80,15 @@ pub(crate) struct History {
     pub(crate) calls_failed: AtomicU64,
     /// Acknowledged appends made through a sidecar.
     pub(crate) sidecar_ok: AtomicU64,
+    /// Each session's sidecar calls: the request id's key, and the sequence numbers the call
+    /// was told if it was acknowledged.
+    requests: Mutex<HashMap<Uuid, Vec<(IdempotencyKey, Option<(u64, u64)>)>>>,
+    /// Sidecar calls answered only by a retry with their request id: acknowledged, or refused
+    /// (not in the journal, and never will be).
+    pub(crate) retried_ok: AtomicU64,
+    pub(crate) retried_refused: AtomicU64,
+    /// Acknowledged sidecar calls sent again with their request id, and answered.
+    pub(crate) repeated: AtomicU64,
     /// `Validate` answers that called an epoch current, and those of them asked after the
     /// epoch's ownership ended.
     pub(crate) validated: AtomicU64,
@@ -142,6 +151,35 @@ impl History {
 
     pub(crate) fn progress(&self) -> HashMap<Uuid, Instant> {
         lock(&self.progress).clone()
+    }
+
+    /// Notes a sidecar call of `session` with request id `key`, and what it was told:
+    /// acknowledged at `told`, or not (refused, or its outcome never learnt).
+    pub(crate) fn requested(&self, session: Uuid, key: IdempotencyKey, told: Option<(u64, u64)>) {
+        lock(&self.requests)
+            .entry(session)
+            .or_default()
+            .push((key, told));
+    }
+
+    /// How many request ids the sidecar clients used, and how many of them were acknowledged.
+    pub(crate) fn request_counts(&self) -> (usize, usize) {
+        let requests = lock(&self.requests);
+        let calls = requests.values().flatten();
+        let ids: std::collections::HashSet<_> = calls.clone().map(|(key, _)| key).collect();
+        let acknowledged: std::collections::HashSet<_> = calls
+            .filter(|(_, told)| told.is_some())
+            .map(|(key, _)| key)
+            .collect();
+        (ids.len(), acknowledged.len())
+    }
+
+    /// `session`'s sidecar calls (see [`requested`](Self::requested)).
+    pub(crate) fn requests_of(&self, session: Uuid) -> Vec<(IdempotencyKey, Option<(u64, u64)>)> {
+        lock(&self.requests)
+            .get(&session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Starts an append call; finish it with [`Call::done`]. A call dropped before it is done

@@ -4,7 +4,10 @@
 //!
 //! - `short` (the default): part of the normal suite; every kind of fault at least once. One
 //!   of its three nodes is a sidecar (`leasehold serve`'s service) with one gRPC client per
-//!   session; its outages cut the sidecar from etcd, its clients from it, or both, in turn.
+//!   session; its outages cut the sidecar from etcd, its clients from it, or both, in turn,
+//!   or kill it (as SIGKILL would) and start it again, its clients retrying every call with
+//!   its request id; the checker holds every acknowledged request id in the journal exactly
+//!   once, and every request id at most once.
 //! - `long`: `LEASEHOLD_CAMPAIGN=long cargo test --all-features --test campaign -- campaign
 //!   --nocapture`, until 1,000 handovers.
 //!
@@ -362,10 +365,14 @@ async fn run(cluster: &EtcdCluster, profile: &Profile, seed: u64) -> Outcome {
         .map(|(node, n)| format!("node-{node}={n}"))
         .collect();
     let validated = history.validated.load(Ordering::Relaxed);
+    let (requests, acknowledged) = history.request_counts();
     eprintln!(
-        "campaign: acquisitions by node: {}; acknowledged appends through a sidecar: {}; Validate answers `current`: {validated} ({} of them asked after the ownership ended)",
+        "campaign: acquisitions by node: {}; acknowledged appends through a sidecar: {}; request ids checked: {requests} ({acknowledged} acknowledged; answered by a retry: {} acknowledged, {} refused; acknowledged calls sent again: {}); Validate answers `current`: {validated} ({} of them asked after the ownership ended)",
         by_node.join(" "),
         history.sidecar_ok.load(Ordering::Relaxed),
+        history.retried_ok.load(Ordering::Relaxed),
+        history.retried_refused.load(Ordering::Relaxed),
+        history.repeated.load(Ordering::Relaxed),
         history.validated_late.load(Ordering::Relaxed),
     );
     if profile.sidecars > 0 {
@@ -433,6 +440,17 @@ fn print_slices(history: &History, entries: &[Entry], findings: &[check::Finding
 fn print_outcome(profile: &Profile, outcome: &Outcome) {
     for violation in outcome.violations.iter().take(50) {
         eprintln!("campaign: VIOLATION {violation}");
+    }
+    if !outcome.violations.is_empty() {
+        let by_request_id = outcome
+            .violations
+            .iter()
+            .filter(|violation| violation.contains("request id"))
+            .count();
+        eprintln!(
+            "campaign: {} violations, {by_request_id} of them by request id",
+            outcome.violations.len()
+        );
     }
     let by_kind: Vec<String> = outcome
         .faults

@@ -39,17 +39,45 @@ pub(crate) struct NodeConfig {
 pub(crate) struct Node {
     pub(crate) index: usize,
     pub(crate) proxies: Vec<FaultProxy>,
+    namespace: Namespace,
+    config: NodeConfig,
+    /// Its runtime and store: a sidecar node's are replaced when it is killed and started again.
+    running: std::sync::Mutex<Running>,
+    role: Role,
+}
+
+/// A node's runtime (one thread) and what runs on it.
+struct Running {
     handle: Handle,
     store: Arc<Store>,
-    role: Role,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The sidecar on it, for a sidecar node.
+    sidecar: Option<Sidecar>,
+    stop: Option<tokio::sync::oneshot::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Ends the runtime. `kill`: at once, as SIGKILL would: every task dropped where it
+    /// stands, nothing released, the node lease left to expire.
+    async fn end(&mut self, kill: bool) {
+        let thread = self.thread.take();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(kill);
+        }
+        if let Some(thread) = thread {
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .unwrap()
+                .expect("the node's runtime thread ends without a panic");
+        }
+    }
 }
 
 enum Role {
     Host(Arc<SessionHost>),
     Sidecar {
-        sidecar: Sidecar,
+        /// Where the sidecar listens (the same address after a restart).
+        address: std::net::SocketAddr,
         /// Between the clients and the sidecar.
         front: FaultProxy,
         /// Which side the next outage cuts: etcd's, the clients', or both, in turn.
@@ -57,6 +85,76 @@ enum Role {
         clients: CancellationToken,
         running: TaskTracker,
     },
+}
+
+/// A runtime of one thread for node `index`: its handle, the sender that stops it (`true`:
+/// killed, its tasks dropped at once), and its thread.
+fn runtime(
+    index: usize,
+) -> (
+    Handle,
+    tokio::sync::oneshot::Sender<bool>,
+    std::thread::JoinHandle<()>,
+) {
+    let (handle_sender, handle_receiver) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<bool>();
+    let thread = std::thread::Builder::new()
+        .name(format!("node-{index}"))
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            handle_sender.send(runtime.handle().clone()).unwrap();
+            let killed = runtime.block_on(async { stopped.await.unwrap_or(false) });
+            if killed {
+                runtime.shutdown_background();
+            }
+        })
+        .unwrap();
+    (handle_receiver.recv().unwrap(), stop, thread)
+}
+
+/// A store for node `index` through `proxies`, connected on `handle`'s runtime.
+async fn store(
+    index: usize,
+    handle: &Handle,
+    proxies: &[FaultProxy],
+    namespace: &Namespace,
+    config: &NodeConfig,
+) -> Arc<Store> {
+    let options = StoreOptions::new(proxies.iter().map(FaultProxy::endpoint))
+        .with_namespace(namespace.clone())
+        .with_node(format!("node-{index}"))
+        .with_ttl(config.ttl, config.margin)
+        .with_mutant(config.mutant);
+    Arc::new(
+        handle
+            .spawn(Store::connect(options))
+            .await
+            .unwrap()
+            .expect("the store connects"),
+    )
+}
+
+/// A sidecar over `store` on `handle`'s runtime, listening on `address`.
+fn serve(handle: &Handle, store: &Arc<Store>, address: std::net::SocketAddr) -> Sidecar {
+    let sidecar = Sidecar::new(
+        store.clone(),
+        SidecarOptions::default().with_client_keepalive(Duration::from_secs(1)),
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    // The address a killed sidecar listened on is bound again at once.
+    socket.set_reuseaddr(true).unwrap();
+    let served = sidecar.clone();
+    handle.spawn(async move {
+        socket.bind(address).unwrap();
+        let listener = socket.listen(1024).unwrap();
+        let _ = served
+            .serve_tcp(listener, None, std::future::pending())
+            .await;
+    });
+    sidecar
 }
 
 impl Node {
@@ -73,51 +171,45 @@ impl Node {
         for member in 0..cluster.len() {
             proxies.push(FaultProxy::start(cluster.endpoint(member)).await.unwrap());
         }
-        let (handle_sender, handle_receiver) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("node-{index}"))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
-                handle_sender.send(runtime.handle().clone()).unwrap();
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-            })
-            .unwrap();
-        let handle = handle_receiver.recv().unwrap();
-        let options = StoreOptions::new(proxies.iter().map(FaultProxy::endpoint))
-            .with_namespace(namespace.clone())
-            .with_node(format!("node-{index}"))
-            .with_ttl(config.ttl, config.margin)
-            .with_mutant(config.mutant);
-        let store = Arc::new(
-            handle
-                .spawn(Store::connect(options))
-                .await
-                .unwrap()
-                .expect("the store connects"),
-        );
-        if sidecar {
-            return Self::start_sidecar(
-                index,
-                proxies,
-                handle,
-                store,
-                sessions,
-                config,
-                history,
-                (stop, thread),
-            )
-            .await;
-        }
-        let (work, grace) = (work(index, config.pace, history.clone()), config.stop_grace);
-        let host = {
-            let (store, sessions) = (store.clone(), sessions.to_vec());
-            handle
+        let (handle, stop, thread) = runtime(index);
+        let store = store(index, &handle, &proxies, namespace, config).await;
+        let mut running = Running {
+            handle,
+            store,
+            sidecar: None,
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        let role = if sidecar {
+            let address = {
+                let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                free.local_addr().unwrap()
+            };
+            running.sidecar = Some(serve(&running.handle, &running.store, address));
+            let front = FaultProxy::start(&address.to_string()).await.unwrap();
+            let (clients, tasks) = (CancellationToken::new(), TaskTracker::new());
+            for session in sessions {
+                tasks.spawn(client::run(
+                    index,
+                    front.endpoint(),
+                    *session,
+                    config.pace,
+                    history.clone(),
+                    clients.clone(),
+                ));
+            }
+            Role::Sidecar {
+                address,
+                front,
+                turn: AtomicUsize::new(0),
+                clients,
+                running: tasks,
+            }
+        } else {
+            let (work, grace) = (work(index, config.pace, history.clone()), config.stop_grace);
+            let (store, sessions) = (running.store.clone(), sessions.to_vec());
+            let host = running
+                .handle
                 .spawn(async move {
                     SessionHost::start(
                         store,
@@ -127,74 +219,65 @@ impl Node {
                     )
                 })
                 .await
-                .unwrap()
+                .unwrap();
+            Role::Host(Arc::new(host))
         };
         Self {
             index,
             proxies,
-            handle,
-            store,
-            role: Role::Host(Arc::new(host)),
-            stop: Some(stop),
-            thread: Some(thread),
+            namespace: namespace.clone(),
+            config: config.clone(),
+            running: std::sync::Mutex::new(running),
+            role,
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn start_sidecar(
-        index: usize,
-        proxies: Vec<FaultProxy>,
-        handle: Handle,
-        store: Arc<Store>,
-        sessions: &[Uuid],
-        config: &NodeConfig,
-        history: &Arc<History>,
-        (stop, thread): (
-            tokio::sync::oneshot::Sender<()>,
-            std::thread::JoinHandle<()>,
-        ),
-    ) -> Self {
-        let sidecar = Sidecar::new(
-            store.clone(),
-            SidecarOptions::default().with_client_keepalive(Duration::from_secs(1)),
-        );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let address = listener.local_addr().unwrap();
-        let served = sidecar.clone();
-        handle.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let _ = served
-                .serve_tcp(listener, None, std::future::pending())
-                .await;
-        });
-        let front = FaultProxy::start(&address.to_string()).await.unwrap();
-        let (clients, running) = (CancellationToken::new(), TaskTracker::new());
-        for session in sessions {
-            running.spawn(client::run(
-                index,
-                front.endpoint(),
-                *session,
-                config.pace,
-                history.clone(),
-                clients.clone(),
-            ));
-        }
-        Self {
-            index,
-            proxies,
+    fn running(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap()
+    }
+
+    /// Whether it is a sidecar node.
+    pub(crate) fn is_sidecar(&self) -> bool {
+        matches!(self.role, Role::Sidecar { .. })
+    }
+
+    /// Kills a sidecar node's process, as it were (its runtime ends at once: nothing released,
+    /// its node lease left to expire), then after `down` starts a new store and sidecar on the
+    /// same address. Its clients go on, retrying with their request ids.
+    pub(crate) async fn kill_and_restart_sidecar(&self, down: Duration) {
+        let Role::Sidecar { address, .. } = &self.role else {
+            panic!("node-{} is no sidecar", self.index)
+        };
+        let mut killed = {
+            let mut running = self.running();
+            Running {
+                handle: running.handle.clone(),
+                store: running.store.clone(),
+                sidecar: running.sidecar.take(),
+                stop: running.stop.take(),
+                thread: running.thread.take(),
+            }
+        };
+        killed.end(true).await;
+        drop(killed);
+        tokio::time::sleep(down).await;
+        let (handle, stop, thread) = runtime(self.index);
+        let store = store(
+            self.index,
+            &handle,
+            &self.proxies,
+            &self.namespace,
+            &self.config,
+        )
+        .await;
+        let sidecar = serve(&handle, &store, *address);
+        *self.running() = Running {
             handle,
             store,
-            role: Role::Sidecar {
-                sidecar,
-                front,
-                turn: AtomicUsize::new(0),
-                clients,
-                running,
-            },
+            sidecar: Some(sidecar),
             stop: Some(stop),
             thread: Some(thread),
-        }
+        };
     }
 
     /// The proxies the next outage cuts: all of a host node's; a sidecar node's etcd side,
@@ -221,7 +304,9 @@ impl Node {
     /// Freezes every task of this node for `pause` (a stop-the-world pause): the runtime's
     /// one thread sleeps.
     pub(crate) fn stall(&self, pause: Duration) {
-        self.handle.spawn(async move { std::thread::sleep(pause) });
+        self.running()
+            .handle
+            .spawn(async move { std::thread::sleep(pause) });
     }
 
     pub(crate) fn blackhole(&self) {
@@ -251,21 +336,25 @@ impl Node {
 
     /// Shuts the host down (every owned session in order), closes the store and stops the
     /// runtime.
-    pub(crate) async fn stop(mut self) {
-        let store = self.store.clone();
+    pub(crate) async fn stop(self) {
+        let (handle, store, sidecar) = {
+            let running = self.running();
+            (
+                running.handle.clone(),
+                running.store.clone(),
+                running.sidecar.clone(),
+            )
+        };
         let closing = match &self.role {
             Role::Host(host) => {
                 let host = host.clone();
-                self.handle.spawn(async move {
+                handle.spawn(async move {
                     host.shutdown().await;
                     store.close().await;
                 })
             }
             Role::Sidecar {
-                sidecar,
-                clients,
-                running,
-                ..
+                clients, running, ..
             } => {
                 // The clients stop first (each settling what it has in flight), then the
                 // sidecar releases what they still hold.
@@ -280,8 +369,8 @@ impl Node {
                         self.index
                     );
                 }
-                let sidecar = sidecar.clone();
-                self.handle.spawn(async move {
+                let sidecar = sidecar.expect("a sidecar node serves");
+                handle.spawn(async move {
                     sidecar.shutdown().await;
                     store.close().await;
                 })
@@ -293,13 +382,8 @@ impl Node {
         {
             eprintln!("campaign: node-{} did not shut down in 30 s", self.index);
         }
-        let _ = self.stop.take().map(|stop| stop.send(()));
-        if let Some(thread) = self.thread.take() {
-            tokio::task::spawn_blocking(move || thread.join())
-                .await
-                .unwrap()
-                .expect("the node's runtime thread ends without a panic");
-        }
+        let mut running = self.running.into_inner().unwrap();
+        running.end(false).await;
     }
 }
 
