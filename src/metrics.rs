@@ -24,7 +24,7 @@
 //! | `leasehold_sidecar_streams` | gauge | | `Attach` streams open on a sidecar (`leasehold serve`) of the store |
 //! | `leasehold_sidecar_sessions` | gauge | | sessions owned through those streams |
 //! | `leasehold_sidecar_calls_total` | counter | `rpc`: `attach`, `append`, `replay`, `validate`, `owner`, `watch_owners`; `code`: the gRPC code answered (`OK`, `FAILED_PRECONDITION`, …) | the sidecar's calls, by how they were answered (a stream's at its start) |
-//! | `leasehold_sidecar_retries_total` | counter | `answer`: `remembered`, `settled`, `unknown` | appends with a request id seen before: answered what the first call came to, settled by a read of etcd, or still unknown |
+//! | `leasehold_sidecar_retries_total` | counter | `answer`: `waited`, `journal`, `not_appended`, `unknown` | appends with a request id seen before (or not the live holder's to write): told what the first call, under way, came to; answered from the journal's records; refused, the journal proving it is not there and never will be; or unknown (still owned elsewhere, trimmed) |
 //!
 //! The NOSPACE pair follows what etcd answers the store's appends and acquisitions (see
 //! [`Store::nospace_alarm`](crate::Store::nospace_alarm)): a write refused with etcd's

@@ -100,6 +100,8 @@ async fn the_sidecar_scenario_reports_the_transports_bound_beside_its_own() {
             "64 concurrent callers",
             "64 callers, bound",
             "64 callers, no-op calls",
+            "sequential, request ids",
+            "64 callers, request ids",
             "64 callers, per txn"
         ]
     );
@@ -115,6 +117,33 @@ async fn the_sidecar_scenario_reports_the_transports_bound_beside_its_own() {
     assert_eq!(results[0]["baseline"], results[1]["baseline"]);
     assert_eq!(results[2]["baseline"], results[3]["baseline"]);
     assert_eq!(results[2]["baseline"], results[4]["baseline"]);
+    // What request ids cost: the sequential line with them against the same calls without.
+    assert_eq!(results[5]["ours"], results[0]["ours"]);
+}
+
+/// The sidecar's memory: a `leasehold serve` process at its defaults, per owned session and
+/// per request id, and what it needs at its defaults.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sidecar_memory_scenario_measures_a_serve_process() {
+    let (results, _) = bench_json(&["sidecar_memory", "--json"]).await;
+    let metrics: Vec<&str> = results
+        .iter()
+        .map(|result| result["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        metrics,
+        [
+            "resident at start",
+            "per owned session",
+            "per request id",
+            "at its defaults"
+        ]
+    );
+    for result in &results {
+        assert_eq!(result["scenario"], "sidecar_memory");
+        assert!(result["ours"].as_f64().unwrap().is_finite(), "{result}");
+    }
+    assert!(results[0]["ours"].as_f64().unwrap() > 0.0, "{}", results[0]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -165,3 +165,67 @@ async fn a_client_that_stops_reading_holds_up_nothing_but_itself() {
     drop(sleeper);
     drop(other);
 }
+
+/// `leasehold serve --shutdown-timeout 2s` with a client that reads nothing of its stream:
+/// SIGTERM ends the process within the bound, exit 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_leasehold_serve_within_its_shutdown_timeout() {
+    use tokio::io::AsyncBufReadExt as _;
+
+    let etcd = common::Etcd::start().await;
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", etcd.node.endpoint()])
+        .args(["--namespace", etcd.ns.as_str()])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--shutdown-timeout",
+            "2s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let address = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("serving leasehold.v1.Leasehold on ").nth(1) {
+                return rest.split(',').next().unwrap().to_owned();
+            }
+        }
+        panic!("leasehold serve ended before it served")
+    })
+    .await
+    .expect("serving within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut client = leasehold::sidecar::proto::leasehold_client::LeaseholdClient::connect(
+        format!("http://{address}"),
+    )
+    .await
+    .unwrap();
+    let session = Uuid::new_v4().to_string();
+    let mut sleeper = Attached::open(&mut client).await;
+    acquired(sleeper.acquire(&session, None).await);
+    // It asks and asks, and reads none of the answers.
+    loop {
+        let request = leasehold::sidecar::proto::AttachRequest {
+            request: Some(attach_request::Request::Acquire(Acquire {
+                session: session.clone(),
+                wait: false,
+                wait_ms: 0,
+            })),
+        };
+        let sent = tokio::time::timeout(Duration::from_secs(1), sleeper.requests.send(request));
+        if !matches!(sent.await, Ok(Ok(()))) {
+            break;
+        }
+    }
+    let started = tokio::time::Instant::now();
+    let exit = common::terminate(&mut serve, Duration::from_secs(10)).await;
+    let took = started.elapsed();
+    println!("exited {exit:?} {took:?} after SIGTERM");
+    assert!(exit.success(), "{exit:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    drop(sleeper);
+}

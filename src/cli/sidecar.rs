@@ -37,7 +37,7 @@ pub(crate) struct ServeArgs {
     /// INVALID_ARGUMENT.
     #[arg(long, value_name = "BYTES", default_value_t = 128)]
     max_request_id: usize,
-    /// The most request ids the owned sessions' journals hold together (each about 40 bytes,
+    /// The most request ids the owned sessions' journals hold together (each about 50 bytes,
     /// until its ownership ends); past it, appends with a new request id are refused
     /// RESOURCE_EXHAUSTED (REQUEST_IDS_EXHAUSTED).
     #[arg(long, value_name = "IDS", default_value_t = 1_000_000)]
@@ -49,6 +49,10 @@ pub(crate) struct ServeArgs {
     /// answered Failed (TOO_MANY_SESSIONS).
     #[arg(long, value_name = "SESSIONS", default_value_t = 1024)]
     max_sessions_per_stream: usize,
+    /// The most sessions all Attach streams own or acquire at once; past it, the Acquire is
+    /// answered Failed (TOO_MANY_SESSIONS, retryable).
+    #[arg(long, value_name = "SESSIONS", default_value_t = 16_384)]
+    max_sessions: usize,
     /// The most Replay streams at once, following or not; past it, RESOURCE_EXHAUSTED
     /// (TOO_MANY_REPLAYS).
     #[arg(long, value_name = "STREAMS", default_value_t = 256)]
@@ -83,6 +87,7 @@ impl ServeArgs {
             .with_max_request_id(self.max_request_id)
             .with_max_streams(self.max_streams)
             .with_max_sessions_per_stream(self.max_sessions_per_stream)
+            .with_max_sessions(self.max_sessions)
             .with_max_replays(self.max_replays)
             .with_max_watches(self.max_watches)
             .with_max_bytes_in_flight(self.max_bytes_in_flight)

@@ -19,7 +19,7 @@ pub struct JournalLimits {
     pub in_flight: usize,
     /// The most idempotency keys a store's open journals hold together (default 1,000,000):
     /// each append made with [`Journal::append_with_key`](crate::Journal::append_with_key)
-    /// takes one until its journal is dropped (about 40 bytes of memory), so that a retry of
+    /// takes one until its journal is dropped (about 50 bytes of memory), so that a retry of
     /// it, however late, is never appended again. Past it, such appends are refused with
     /// [`KeysExhausted`](crate::JournalWriteError::KeysExhausted) until journals close.
     pub max_keys: usize,

@@ -57,6 +57,22 @@
 //! ([`Indeterminate`](JournalWriteError::Indeterminate)), since it no longer knows its tip. A
 //! committed append is never reported as failed, and never applied twice.
 //!
+//! # Exactly once, by idempotency key
+//!
+//! [`Journal::append_with_key`] appends at most once per [`IdempotencyKey`] under the
+//! journal's epoch, and the journal's records decide it: the key (a digest of the caller's
+//! request id) is written into every record of the append, with the record's place in the
+//! append, so any one record names the whole append. The journal knows every key it sent under
+//! its epoch (one journal per lease, and only it writes under that epoch): a key it has not sent
+//! is appended with no read; a repeat waits for its first call, or reads the append's records
+//! back, compares them with its payloads and is told the first call's sequence numbers. A key
+//! whose call certainly did not apply (refused before sending, fenced, failed by etcd) may be
+//! sent again. For a retry that comes after the journal is gone (a restart, another process,
+//! the ownership ended), [`Store::find_append`](crate::Store::find_append) reads the answer from
+//! the records: found, not appended (the epoch's records read to its fence without the key, and
+//! the owner key no longer at the epoch, so no transaction of it can apply any more), or
+//! [`Unknowable`] (still owned, trimmed, no fence). See the `find` module.
+//!
 //! # Cancel safety
 //!
 //! Transactions are sent on the store's tasks, never on a caller's future. Dropping the future

@@ -181,12 +181,26 @@ impl Stream {
             });
             return self.send(event).await;
         }
+        let inner = &self.sidecar.inner;
+        let Ok(place) = inner.bounds.sessions.clone().try_acquire_owned() else {
+            let event = attach_response::Event::Failed(proto::Failed {
+                session: session.to_string(),
+                reason: "TOO_MANY_SESSIONS".to_owned(),
+                message: format!(
+                    "the sidecar's streams own or acquire {} sessions already (--max-sessions): \
+                     retry once some are released",
+                    inner.options.max_sessions
+                ),
+                retryable: true,
+            });
+            return self.send(event).await;
+        };
         self.acquiring.insert(session);
         let wait = acquire.wait.then(|| match acquire.wait_ms {
             0 => Duration::MAX,
             ms => Duration::from_millis(u64::from(ms)),
         });
-        let acquisition = acquire_one(self.sidecar.clone(), self.id, session, wait);
+        let acquisition = acquire_one(self.sidecar.clone(), self.id, session, wait, place);
         self.acquisitions.push(Box::pin(acquisition));
         Ok(())
     }
@@ -324,6 +338,7 @@ async fn acquire_one(
     stream: u64,
     session: Uuid,
     wait: Option<Duration>,
+    place: tokio::sync::OwnedSemaphorePermit,
 ) -> (Uuid, Acquisition) {
     let store = sidecar.inner.store.clone();
     let acquired = match wait {
@@ -372,6 +387,7 @@ async fn acquire_one(
         lease,
         journal,
         token: Token::new(),
+        _place: place,
     };
     (session, Acquisition::Owned(Arc::new(owned)))
 }

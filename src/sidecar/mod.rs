@@ -68,7 +68,7 @@ use refusal::Refusal;
 use token::Token;
 
 pub use options::SidecarOptions;
-pub use refusal::DOMAIN;
+pub use refusal::{DOMAIN, REASONS};
 
 /// How many ended ownerships (a session at an epoch, released or lost) the sidecar remembers
 /// the loss reason of, to say why an append under one is refused.
@@ -95,6 +95,8 @@ pub(crate) struct Owned {
     journal: Journal,
     /// The holder's authority to write.
     token: Token,
+    /// Its place among the sessions the sidecar owns ([`SidecarOptions::max_sessions`]).
+    _place: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Owned {
@@ -123,6 +125,7 @@ struct Inner {
 /// A semaphore per bound of [`SidecarOptions`] that counts what is held at once.
 struct Bounds {
     streams: Arc<Semaphore>,
+    sessions: Arc<Semaphore>,
     replays: Arc<Semaphore>,
     watches: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
@@ -133,6 +136,7 @@ impl Bounds {
         let permits = |n: usize| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)));
         Self {
             streams: permits(options.max_streams),
+            sessions: permits(options.max_sessions),
             replays: permits(options.max_replays),
             watches: permits(options.max_watches),
             bytes: permits(options.max_bytes_in_flight),
@@ -453,7 +457,8 @@ impl Sidecar {
         )?;
         let store = self.inner.store.clone();
         let stop = self.inner.stop.clone();
-        let (sender, receiver) = tokio::sync::mpsc::channel(64);
+        // Records wait for a slow client in its own stream's buffer: a page, then 8 records.
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
             replay::replay(store, session, request, sender, stop).await;
             drop(open);

@@ -20,6 +20,8 @@ pub struct SidecarOptions {
     pub max_streams: usize,
     /// The most sessions one `Attach` stream owns or is acquiring at once (default 1,024).
     pub max_sessions_per_stream: usize,
+    /// The most sessions all streams own or are acquiring at once (default 16,384).
+    pub max_sessions: usize,
     /// The most `Replay` streams at once, following or not (each that follows is an etcd
     /// watch; default 256).
     pub max_replays: usize,
@@ -43,6 +45,7 @@ impl Default for SidecarOptions {
             max_request_id: 128,
             max_streams: 1024,
             max_sessions_per_stream: 1024,
+            max_sessions: 16_384,
             max_replays: 256,
             max_watches: 256,
             max_bytes_in_flight: 64 << 20,
@@ -74,6 +77,12 @@ impl SidecarOptions {
     /// Sets [`max_sessions_per_stream`](Self::max_sessions_per_stream).
     pub fn with_max_sessions_per_stream(mut self, sessions: usize) -> Self {
         self.max_sessions_per_stream = sessions;
+        self
+    }
+
+    /// Sets [`max_sessions`](Self::max_sessions).
+    pub fn with_max_sessions(mut self, sessions: usize) -> Self {
+        self.max_sessions = sessions;
         self
     }
 

@@ -1,7 +1,10 @@
 //! What the sidecar answers instead of a result: a gRPC status with a `google.rpc.ErrorInfo`
-//! (domain `leasehold`, a reason, metadata), a `RetryInfo` on UNAVAILABLE, a `BadRequest` for
-//! malformed fields. Kept as plain data so that a remembered request answers its retry with
-//! the same status.
+//! (domain `leasehold`, one of [`REASONS`], metadata), a `RetryInfo` on UNAVAILABLE and
+//! RESOURCE_EXHAUSTED, a `BadRequest` for malformed fields. Kept as plain data until it is
+//! answered.
+//!
+//! [`REASONS`] is the one list of the reasons: a test holds the proto's comment and
+//! docs/sidecar.md to it, and every reason the sidecar's code names to be in it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,6 +20,32 @@ use crate::lease::{Epoch, LossReason};
 
 /// The `domain` of every `ErrorInfo` the sidecar sends.
 pub const DOMAIN: &str = "leasehold";
+
+/// Every `ErrorInfo` reason the sidecar sends (and `Failed.reason` of an acquisition).
+pub const REASONS: &[&str] = &[
+    "FENCED",
+    "LEASE_LOST",
+    "NOT_OWNER",
+    "NOT_HOLDER",
+    "OUTCOME_UNKNOWN",
+    "ETCD_UNAVAILABLE",
+    "TOO_LARGE",
+    "TOO_MANY_RECORDS",
+    "EMPTY",
+    "SEQUENCE_EXHAUSTED",
+    "PERMISSION_DENIED",
+    "BEYOND_TIP",
+    "OWNED",
+    "UNDECODABLE",
+    "COMPACTED",
+    "TOO_MANY_STREAMS",
+    "TOO_MANY_SESSIONS",
+    "TOO_MANY_REPLAYS",
+    "TOO_MANY_WATCHES",
+    "TOO_MANY_BYTES_IN_FLIGHT",
+    "REQUEST_IDS_EXHAUSTED",
+    "INTERNAL",
+];
 
 /// How long a client waits before retrying an UNAVAILABLE call, as its `RetryInfo` says.
 pub(crate) const RETRY_AFTER: Duration = Duration::from_millis(200);
@@ -339,5 +368,50 @@ pub(crate) fn code_label(code: tonic::Code) -> &'static str {
         Code::Unavailable => "UNAVAILABLE",
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(path: &str) -> String {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+            .unwrap()
+    }
+
+    #[test]
+    fn every_reason_is_in_the_proto_and_the_docs_and_the_code_names_no_other() {
+        let (proto, docs) = (
+            read("proto/leasehold/v1/leasehold.proto"),
+            read("docs/sidecar.md"),
+        );
+        for reason in REASONS {
+            assert!(proto.contains(reason), "the proto's comment lacks {reason}");
+            assert!(
+                docs.contains(&format!("`{reason}`")),
+                "docs/sidecar.md lacks `{reason}`"
+            );
+        }
+        // Every name in capitals the sidecar's code writes is a reason or a gRPC code.
+        let codes: Vec<&str> = (0..=16)
+            .map(|code| code_label(Code::from_i32(code)))
+            .collect();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sidecar");
+        for file in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            // The code, not its tests.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for quoted in code.split('"').skip(1).step_by(2) {
+                let name = quoted.len() >= 4
+                    && quoted.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+                if name {
+                    assert!(
+                        REASONS.contains(&quoted) || codes.contains(&quoted),
+                        "{quoted} is neither a reason of REASONS nor a gRPC code"
+                    );
+                }
+            }
+        }
     }
 }

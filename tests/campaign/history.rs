@@ -63,6 +63,9 @@ impl Entry {
     }
 }
 
+/// A sidecar call's request id, and the sequence numbers it was told if acknowledged.
+pub(crate) type Requested = (IdempotencyKey, Option<(u64, u64)>);
+
 /// The shared record of the run, written by every node's tasks and by the fault scheduler.
 #[derive(Default)]
 pub(crate) struct History {
@@ -82,7 +85,7 @@ pub(crate) struct History {
     pub(crate) sidecar_ok: AtomicU64,
     /// Each session's sidecar calls: the request id's key, and the sequence numbers the call
     /// was told if it was acknowledged.
-    requests: Mutex<HashMap<Uuid, Vec<(IdempotencyKey, Option<(u64, u64)>)>>>,
+    requests: Mutex<HashMap<Uuid, Vec<Requested>>>,
     /// Sidecar calls answered only by a retry with their request id: acknowledged, or refused
     /// (not in the journal, and never will be).
     pub(crate) retried_ok: AtomicU64,
@@ -175,7 +178,7 @@ impl History {
     }
 
     /// `session`'s sidecar calls (see [`requested`](Self::requested)).
-    pub(crate) fn requests_of(&self, session: Uuid) -> Vec<(IdempotencyKey, Option<(u64, u64)>)> {
+    pub(crate) fn requests_of(&self, session: Uuid) -> Vec<Requested> {
         lock(&self.requests)
             .get(&session)
             .cloned()

@@ -26,6 +26,7 @@ mod lease;
 mod moves;
 mod scale;
 mod sidecar;
+mod sidecar_memory;
 
 use std::time::Duration;
 
@@ -49,8 +50,9 @@ pub(crate) struct BenchArgs {
     /// Interleaved rounds per scenario (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Sessions held by the `scale` scenario and hosted by `scale_hosted` (default 10000), and
-    /// owner entries in the `directory` scenario's directory (default 100000); 1 to 1000000.
+    /// Sessions held by the `scale` scenario and hosted by `scale_hosted` (default 10000),
+    /// owner entries in the `directory` scenario's directory (default 100000), and request ids
+    /// of `sidecar_memory` (default 50000); 1 to 1000000.
     #[arg(long)]
     scale_sessions: Option<usize>,
 }
@@ -82,11 +84,12 @@ enum Scenario {
     Scale,
     ScaleHosted,
     SidecarAppend,
+    SidecarMemory,
     Directory,
 }
 
 impl Scenario {
-    const EACH: [Scenario; 12] = [
+    const EACH: [Scenario; 13] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
@@ -98,6 +101,7 @@ impl Scenario {
         Scenario::Scale,
         Scenario::ScaleHosted,
         Scenario::SidecarAppend,
+        Scenario::SidecarMemory,
         Scenario::Directory,
     ];
 }
@@ -397,6 +401,10 @@ async fn bench(
             Scenario::Scale => bench.scale(scale_sessions).await?,
             Scenario::ScaleHosted => bench.scale_hosted(scale_sessions).await?,
             Scenario::SidecarAppend => bench.sidecar_append().await?,
+            Scenario::SidecarMemory => {
+                let ids = args.scale_sessions.unwrap_or(sidecar_memory::REQUEST_IDS);
+                bench.sidecar_memory(ids).await?
+            }
             Scenario::Directory => {
                 let entries = args.scale_sessions.unwrap_or(DIRECTORY_ENTRIES);
                 bench.directory(entries).await?

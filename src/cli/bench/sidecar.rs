@@ -24,7 +24,12 @@ impl Bench {
     /// with a request id) vs in-process `Journal::append` on the same store: one after the
     /// other, then 64 concurrent callers on one journal each way.
     ///
-    /// Beside them, the transport's bound: what a sidecar that cost nothing beyond its calls
+    /// Beside them, what the request ids cost (each append of the first lines carries one, and
+    /// the ownership's token): the same appends through the sidecar without a request id, one
+    /// after the other (interleaved call by call) and with 64 callers (back to back, in turn
+    /// first), as the baselines of two more lines.
+    ///
+    /// And the transport's bound: what a sidecar that cost nothing beyond its calls
     /// would reach. Each of its appends is a no-op call over the same channel (the sidecar's
     /// `grpc.health.v1.Health/Check`, answered from memory) followed by an in-process append,
     /// one after the other and with 64 callers; its ratio to in-process is the highest the
@@ -98,6 +103,7 @@ impl Bench {
         let txns = || self.etcd_txns();
         let (mut sequential, mut concurrent) = (Rounds::default(), Rounds::default());
         let (mut sequential_bound, mut concurrent_bound) = (Rounds::default(), Rounds::default());
+        let (mut sequential_ids, mut concurrent_ids) = (Rounds::default(), Rounds::default());
         let mut concurrent_calls = Rounds::default();
         let mut per_txn = Rounds::default();
         let mut calls = 0usize;
@@ -107,15 +113,22 @@ impl Bench {
                 round + 1,
                 self.rounds
             ));
-            let (mut ours, mut baseline, mut call) =
-                (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            let (mut ours, mut baseline, mut call, mut unkeyed) = (
+                Duration::ZERO,
+                Duration::ZERO,
+                Duration::ZERO,
+                Duration::ZERO,
+            );
             for _ in 0..PER {
                 let started = Instant::now();
-                remote.append(calls).await.map_err(refused)?;
+                remote.append(Some(calls)).await.map_err(refused)?;
                 calls += 1;
                 let took = started.elapsed();
                 ours += took;
                 sequential.latencies.push(took);
+                let started = Instant::now();
+                remote.append(None).await.map_err(refused)?;
+                unkeyed += started.elapsed();
                 let started = Instant::now();
                 journal
                     .append(vec![7u8; 64])
@@ -136,12 +149,16 @@ impl Bench {
                 .ours
                 .push(PER as f64 / (baseline + call).as_secs_f64());
             sequential_bound.baseline.push(in_process);
+            sequential_ids.ours.push(PER as f64 / ours.as_secs_f64());
+            sequential_ids
+                .baseline
+                .push(PER as f64 / unkeyed.as_secs_f64());
 
             let txns_before = txns().await?;
             let (first, each_remote) = (calls, remote.clone());
             let append = move |caller: usize, i: usize| {
                 let remote = each_remote.clone();
-                async move { remote.append(first + caller * EACH + i).await }
+                async move { remote.append(Some(first + caller * EACH + i)).await }
             };
             let (rate, latencies) = timed_callers(CALLERS, EACH, append, refused).await?;
             calls += CALLERS * EACH;
@@ -160,10 +177,25 @@ impl Bench {
             concurrent_bound.ours.push(bound);
             concurrent_bound.baseline.push(rate);
             concurrent_bound.latencies.extend(latencies);
-            let (calls, latencies) = noop.callers(None, CALLERS, EACH).await?;
-            concurrent_calls.ours.push(calls);
+            let (noop_rate, latencies) = noop.callers(None, CALLERS, EACH).await?;
+            concurrent_calls.ours.push(noop_rate);
             concurrent_calls.baseline.push(rate);
             concurrent_calls.latencies.extend(latencies);
+            // With request ids and without, back to back, in turn first.
+            for keyed in [round % 2 == 0, round % 2 == 1] {
+                let (first, each_remote) = (calls, remote.clone());
+                let append = move |caller: usize, i: usize| {
+                    let remote = each_remote.clone();
+                    let id = keyed.then_some(first + caller * EACH + i);
+                    async move { remote.append(id).await }
+                };
+                let (rate, _) = timed_callers(CALLERS, EACH, append, refused).await?;
+                calls += CALLERS * EACH;
+                match keyed {
+                    true => concurrent_ids.ours.push(rate),
+                    false => concurrent_ids.baseline.push(rate),
+                }
+            }
         }
         drop(requests);
         stop.cancel();
@@ -211,6 +243,22 @@ impl Bench {
         );
         self.report(
             "sidecar_append",
+            "sequential, request ids",
+            "appends/s",
+            "the same without request ids",
+            Better::Higher,
+            sequential_ids,
+        );
+        self.report(
+            "sidecar_append",
+            "64 callers, request ids",
+            "appends/s",
+            "the same without request ids",
+            Better::Higher,
+            concurrent_ids,
+        );
+        self.report(
+            "sidecar_append",
             "64 callers, per txn",
             "appends/txn",
             "in-process, 64 callers",
@@ -231,15 +279,15 @@ struct Remote {
 }
 
 impl Remote {
-    /// Appends one 64-byte event, with request id `id`.
-    async fn append(&self, id: usize) -> Result<(), tonic::Status> {
+    /// Appends one 64-byte event, with request id `id` if there is one.
+    async fn append(&self, id: Option<usize>) -> Result<(), tonic::Status> {
         self.client
             .clone()
             .append(AppendRequest {
                 session: self.session.clone(),
                 epoch: self.epoch,
                 payloads: vec![vec![7u8; 64]],
-                request_id: id.to_string(),
+                request_id: id.map_or_else(String::new, |id| id.to_string()),
                 token: self.token.clone(),
             })
             .await
