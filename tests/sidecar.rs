@@ -266,6 +266,18 @@ async fn every_refusal_is_a_status_with_its_reason() {
         .unwrap_err();
     refused(too_large, Code::InvalidArgument, "TOO_LARGE");
 
+    // --- phase: a call without the ownership's token writes nothing, answers only
+    let not_holder = client
+        .append(append_as(&session, owned.epoch, &[], &["x"], "n1"))
+        .await
+        .unwrap_err();
+    refused(not_holder, Code::PermissionDenied, "NOT_HOLDER");
+    let empty = client
+        .append(append_as(&session, owned.epoch, &[], &[], "n2"))
+        .await
+        .unwrap_err();
+    refused(empty, Code::InvalidArgument, "EMPTY");
+
     // --- phase: malformed requests: INVALID_ARGUMENT with a BadRequest
     let malformed = client
         .append(append_as(

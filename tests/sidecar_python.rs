@@ -30,6 +30,34 @@ fn python() -> PathBuf {
     venv
 }
 
+/// Runs `tests/python/{script}` with `args` (within `within` seconds), printing what it said;
+/// fails unless it exits 0 having said that every check held.
+async fn run_python(python: &PathBuf, script: &str, args: &[&str], within: u64) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let run = tokio::time::timeout(
+        Duration::from_secs(within),
+        tokio::process::Command::new(python)
+            .arg(&script)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{} ends within {within} s", script.display()))
+    .expect("python runs");
+    println!("{}", String::from_utf8_lossy(&run.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "the Python test failed: {:?}",
+        run.status
+    );
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(said.contains(r#""check": "all""#), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn python_clients_race_die_freeze_and_retry_through_leasehold_serve() {
     let python = python();
@@ -73,27 +101,7 @@ async fn python_clients_race_die_freeze_and_retry_through_leasehold_serve() {
         }
     });
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/sidecar_test.py");
-    let run = tokio::time::timeout(
-        Duration::from_secs(180),
-        tokio::process::Command::new(&python)
-            .arg(script)
-            .arg(&address)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python test ends within 180 s")
-    .expect("python runs");
-    println!("{}", String::from_utf8_lossy(&run.stdout));
-    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
-    assert!(
-        run.status.success(),
-        "the Python test failed: {:?}",
-        run.status
-    );
-    let said = String::from_utf8_lossy(&run.stdout);
-    assert!(said.contains(r#""check": "all""#), "{said}");
+    run_python(&python, "sidecar_test.py", &[address.as_str()], 180).await;
 
     // --- SIGTERM: every stream's sessions released, then the store closed; exit 0
     let pid = serve.id().expect("running") as i32;
@@ -182,32 +190,10 @@ async fn leasehold_serve_listens_on_a_unix_socket() {
 async fn the_sidecars_guarantees_hold_for_a_client_that_knows_only_reflection() {
     let python = python();
     let etcd = common::Etcd::start().await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/guarantees_test.py"
-    );
-    let run = tokio::time::timeout(
-        Duration::from_secs(240),
-        tokio::process::Command::new(&python)
-            .arg(script)
-            .args([
-                env!("CARGO_BIN_EXE_leasehold"),
-                etcd.node.endpoint(),
-                etcd.ns.as_str(),
-            ])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the Python test ends within 240 s")
-    .expect("python runs");
-    println!("{}", String::from_utf8_lossy(&run.stdout));
-    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
-    assert!(
-        run.status.success(),
-        "the Python test failed: {:?}",
-        run.status
-    );
-    let said = String::from_utf8_lossy(&run.stdout);
-    assert!(said.contains(r#""check": "all""#), "{said}");
+    let args = [
+        env!("CARGO_BIN_EXE_leasehold"),
+        etcd.node.endpoint(),
+        etcd.ns.as_str(),
+    ];
+    run_python(&python, "guarantees_test.py", &args, 240).await;
 }

@@ -417,6 +417,9 @@ impl Journal {
         key: IdempotencyKey,
         payloads: &[P],
     ) -> Option<Result<Appended, JournalWriteError>> {
+        if payloads.is_empty() {
+            return Some(Err(JournalWriteError::Empty));
+        }
         match self
             .writer
             .keys()
@@ -447,7 +450,8 @@ impl Journal {
         first_seq: u64,
         payloads: &[P],
     ) -> Result<Appended, JournalWriteError> {
-        let last_seq = first_seq.saturating_add(payloads.len() as u64 - 1);
+        // Never empty: checked before.
+        let last_seq = first_seq.saturating_add((payloads.len() as u64).saturating_sub(1));
         let context = &self.context;
         let read = find::read_append(
             &context.connection,
