@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::writer::Broken;
 use super::*;
-use crate::journal::Record;
 use crate::journal::cas::tests::unknown;
+use crate::journal::key::IdempotencyKey;
+use crate::journal::keyed::KeyBudget;
 use crate::journal::keyed::{Answering, Begun};
+use crate::journal::{Record, record};
 use crate::lease::{Epoch, LeaseState, LossReason, NodeLease};
 
 async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
