@@ -8,8 +8,12 @@
 //! `n` ids (below one in 10²¹ for a billion ids), and a caller cannot make one collide on
 //! purpose short of some 2⁶⁴ hashes.
 
-/// The digest of a caller's request id, written into the records of the append it names (see
-/// the [module docs](self)). Cheap to copy; two keys are equal when their ids are.
+/// The digest of a caller's request id, written into every record of the append it names
+/// ([`Journal::append_with_key`](crate::Journal::append_with_key)), so that the journal itself
+/// says whether such an append is in it. The digest is the first 16 bytes of the id's SHA-256:
+/// two distinct ids of one journal share one with odds of about `n² / 2¹²⁹` for `n` ids (below
+/// one in 10²¹ for a billion ids), and making two collide on purpose takes some 2⁶⁴ hashes.
+/// Cheap to copy; two keys are equal when their ids are.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey([u8; KEY_LEN]);
 

@@ -11,8 +11,9 @@
 //!   each in order (its journal closed, the appends under way finished, then its lease). A
 //!   dead or frozen client never leaves an owner behind in the sidecar. An acquired session's
 //!   journal is fenced before `Acquired` is sent.
-//! - **Authority is the holder's, not the epoch's.** Each ownership has a token (see
-//!   [`token`]) sent only to the stream that acquired it; every write for the holder carries
+//! - **Authority is the holder's, not the epoch's.** Each ownership has a token (128 bits from
+//!   the operating system's CSPRNG, compared in constant time, never logged) sent only to the
+//!   stream that acquired it; every write for the holder carries
 //!   it, and a write without it writes nothing. Etcd's compare-and-swap refuses a stale owner
 //!   besides. Appends of one session from many calls share transactions (group commit).
 //! - **Exactly-once is decided by the journal.** An append's request id is written into its

@@ -46,7 +46,6 @@ use super::record::{Tip, encode_tip};
 use super::{Appended, JournalLimits, JournalWriteError};
 use crate::etcd::Connection;
 use crate::etcd::write::WritePolicy;
-use crate::keys::Namespace;
 use crate::lease::Ownership;
 use crate::metrics::Metrics;
 pub(crate) use call::Answer;
@@ -107,7 +106,7 @@ impl Member {
 
     /// Its journal's namespace.
     #[cfg(feature = "testing")]
-    pub(super) fn namespace(&self) -> &Namespace {
+    pub(super) fn namespace(&self) -> &crate::keys::Namespace {
         &self.writer.namespace
     }
 

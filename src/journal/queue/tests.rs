@@ -12,6 +12,7 @@ use crate::journal::key::IdempotencyKey;
 use crate::journal::keyed::KeyBudget;
 use crate::journal::keyed::{Answering, Begun};
 use crate::journal::{Record, record};
+use crate::keys::Namespace;
 use crate::lease::{Epoch, LeaseState, LossReason, NodeLease};
 
 async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
