@@ -36,6 +36,14 @@ const NUMERIC: &[&str] = &[
     "weight",
     "settle",
     "wait",
+    "max-request-id",
+    "max-request-ids",
+    "max-streams",
+    "max-sessions-per-stream",
+    "max-replays",
+    "max-watches",
+    "max-bytes-in-flight",
+    "shutdown-timeout",
 ];
 
 /// Flags that take a value that is not a number.
@@ -85,7 +93,7 @@ fn needs(command: &[&str]) -> Option<&'static [&'static str]> {
 fn values(flag: &str) -> Vec<&'static str> {
     match flag {
         // A duration: a bare number needs a unit (but 0), and the largest one with a unit.
-        "interval" | "client-keepalive" | "settle" | "wait" => vec![
+        "interval" | "client-keepalive" | "settle" | "wait" | "shutdown-timeout" => vec![
             "0",
             U64_MAX,
             "18446744073709551615s",
