@@ -395,7 +395,9 @@ async fn an_append_etcd_applied_and_answered_nospace_is_committed_and_the_journa
     for attempt in 0..8 {
         // --- phase: room for the put or the append, not for both
         let room = room_between(&etcd, MIB, MIB * 8 / 5).await;
-        let payload = "a".repeat(((room * 3 / 5) as usize).min(1_000_000));
+        // Each attempt's payload its own (the checker tells calls apart by their payloads).
+        let length = ((room * 3 / 5) as usize).min(1_000_000);
+        let payload = format!("{attempt}{}", "a".repeat(length.saturating_sub(1)));
         // --- phase: both pass the quota check; the put applies first
         let written = right_after_a_put(&etcd, (room * 3 / 5) as usize, async {
             journal.append(payload.as_str()).await
