@@ -6,7 +6,7 @@
 #                          (unit and integration, etcd containers included) and the docs
 #
 # What it installs when missing: protobuf-compiler (etcd-client's build and the sidecar's
-# proto need protoc) and docker-compose (for the deployment drill, tests/deploy_drill.rs),
+# proto need protoc) and docker-compose (for the deployment drill, cli/tests/deploy_drill.rs),
 # system-wide with apt; the etcd 3.5.16 and 3.4.23 binaries (Debian packages, unpacked into
 # ~/.cache/leasehold by deploy/fetch-etcd.sh, not installed); and, for the sidecar's Python
 # client test, a virtual environment with grpcio (tests/python/requirements.txt) in
@@ -52,7 +52,7 @@ ensure_docker() {
   fi
 }
 
-# The deployment drill (deploy/drill.sh, run by tests/deploy_drill.rs) needs docker-compose or
+# The deployment drill (deploy/drill.sh, run by cli/tests/deploy_drill.rs) needs docker-compose or
 # the `docker compose` plugin.
 ensure_compose() {
   command -v docker-compose >/dev/null && return
@@ -66,7 +66,7 @@ ensure_compose() {
     fail "docker-compose is still missing after apt-get install: the deployment drill needs it"
 }
 
-# The Python client test of `leasehold serve` (tests/sidecar_python.rs) runs grpcio from a
+# The Python client test of `leasehold serve` (cli/tests/sidecar_python.rs) runs grpcio from a
 # virtual environment of its own, made here when missing or out of date.
 venv="${HOME}/.cache/leasehold/venv"
 ensure_python_venv() {
@@ -113,10 +113,11 @@ cmd_test() {
   cargo fmt --all -- --check
   say "cargo clippy"
   cargo clippy --all-targets --all-features -- -D warnings
-  # The library and the tool as users build them: without the test harness; and the library
-  # alone, without the tool's dependencies.
-  cargo clippy --lib --bins -- -D warnings
-  cargo clippy --lib --no-default-features -- -D warnings
+  # The library and the tool as users build them: the library with no feature, with the
+  # sidecar's, and the tool, each without the test harness.
+  cargo clippy -p leasehold --lib -- -D warnings
+  cargo clippy -p leasehold --lib --features grpc -- -D warnings
+  cargo clippy -p leasehold-cli --bins -- -D warnings
   say "minimum supported Rust version"
   bash deploy/msrv.sh
   say "cargo test (unit and integration; etcd in containers)"

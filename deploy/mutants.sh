@@ -79,7 +79,8 @@ groups=(
   "backoff|src/backoff|write_failover lease_watch_loss liveness_host_recovers"
 )
 
-args=(--no-shuffle --all-features)
+# (--test-workspace: a group's tests may be the tool's, cli/tests/, which run the binary.)
+args=(--no-shuffle --all-features --test-workspace=true)
 # (-F alone lets struct-field deletions elsewhere through; --file keeps to the files above.)
 for file in "${files[@]}"; do args+=(-f "$file"); done
 

@@ -57,14 +57,15 @@
 //!    composition root of a live session.
 //! 8. [`host`]: sessions kept owned across hosts, balanced; `sidecar` (feature `grpc`): the
 //!    gRPC service behind `leasehold serve`, sessions owned for clients in any language.
-//! 9. The `leasehold` tool and `testing`, the harness.
+//! 9. `testing`, the harness. The `leasehold` tool is a package of its own (`leasehold-cli`,
+//!    in `cli/`) built on this library's public API.
 //!
 //! # Features
 //!
-//! - `cli` (default): the `leasehold` tool. Library users who do not want its dependencies
-//!   (clap, tracing-subscriber, tempfile, humantime, axum, the Prometheus exporter) depend with
-//!   `default-features = false`.
-//! - `grpc` (in `cli`): the `sidecar` module, the gRPC service of
+//! None is on by default: the library alone builds no command-line, HTTP-server or exporter
+//! dependencies.
+//!
+//! - `grpc`: the `sidecar` module, the gRPC service of
 //!   `proto/leasehold/v1/leasehold.proto` with its generated client (tonic, prost,
 //!   tonic-health, tonic-reflection, tonic-types).
 //! - `fault`: the `fault` module.

@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     &["admin", "directory", "rig"],
     &["host", "sidecar"],
-    &["cli", "testing"],
+    &["testing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -196,13 +196,17 @@ impl Etcd {
 }
 
 /// Runs the `leasehold` tool with `args` against `endpoint`, in namespace `ns` (the
-/// environment's endpoints and namespace removed).
+/// environment's endpoints and namespace removed). Only the tool's own tests (`cli/tests/`,
+/// which share these helpers) have the binary.
 pub(crate) async fn tool<S: AsRef<std::ffi::OsStr>>(
     endpoint: &str,
     ns: &Namespace,
     args: impl IntoIterator<Item = S>,
 ) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let Some(binary) = option_env!("CARGO_BIN_EXE_leasehold") else {
+        panic!("the tool runs in the tests of its own package, cli/tests/")
+    };
+    tokio::process::Command::new(binary)
         .args(["--endpoints", endpoint, "--namespace", ns.as_str()])
         .args(args)
         .env_remove("LEASEHOLD_ENDPOINTS")

@@ -1,6 +1,6 @@
 """The sidecar's guarantees for every client, through a client that knows no proto file.
 
-Run by tests/sidecar_python.rs: `guarantees_test.py LEASEHOLD ENDPOINT NAMESPACE`, where
+Run by cli/tests/sidecar_python.rs: `guarantees_test.py LEASEHOLD ENDPOINT NAMESPACE`, where
 LEASEHOLD is the `leasehold` binary, ENDPOINT an etcd client URL and NAMESPACE a fresh
 namespace. Every message is built from what server reflection serves. It starts its own
 `leasehold serve` processes (and SIGKILLs and restarts them), then checks:

@@ -1,6 +1,6 @@
 """Python clients of `leasehold serve`, against a real sidecar over a real etcd.
 
-Run by tests/sidecar_python.rs: `sidecar_test.py ADDRESS`. Generates the stubs from
+Run by cli/tests/sidecar_python.rs: `sidecar_test.py ADDRESS`. Generates the stubs from
 proto/leasehold/v1/leasehold.proto, then:
 
 1. two client processes race for one session; the holder appends;
