@@ -2,7 +2,9 @@
 //! a session from a wedged node, trimming and deleting journals, checking them.
 //!
 //! [`Admin`] needs only a [`Connection`], never a node lease: reading is allowed to anyone, and
-//! its writes are guarded like every other write leasehold makes.
+//! its writes are guarded like every other write leasehold makes. [`Admin::connect`] makes one
+//! from endpoints and a namespace name in one call ([`Admin::connect_with`] with TLS, a user
+//! and password, or other timeouts); [`Admin::new`] takes a connection you already have.
 //!
 //! - [`owners`](Admin::owners): every owned session, with its holder, epoch, when it was
 //!   acquired, the holder's advertised address, its node lease TTL left and the journal's
@@ -10,11 +12,13 @@
 //! - [`directory`](Admin::directory): an [`OwnerDirectory`], who owns what kept current by a
 //!   watch, for routers.
 //! - [`drain`](Admin::drain) and [`undrain`](Admin::undrain): ask a running session host to
-//!   hand its sessions over, or to take its share back.
+//!   hand its sessions over, or to take its share back; [`drain_node`](Admin::drain_node) and
+//!   [`undrain_node`](Admin::undrain_node) name the host by its node name.
 //! - [`move_session`](Admin::move_session): move an owned session to another session host in
-//!   one graceful handover.
+//!   one graceful handover; [`move_session_to_node`](Admin::move_session_to_node) names the
+//!   target by its node name.
 //! - [`hosts`](Admin::hosts): every live session host, with its advertised address and how
-//!   many sessions it holds.
+//!   many sessions it holds; [`host_named`](Admin::host_named): the one a node name names.
 //! - [`journal`](Admin::journal), [`records`](Admin::records), [`follow`](Admin::follow): a
 //!   journal's base and tip, its records at one snapshot, and new records as they commit.
 //! - [`revoke`](Admin::revoke): deletes an owner key, guarded by its epoch; the holder's
@@ -66,13 +70,15 @@ pub struct NamespaceStatus {
     pub keys: u64,
 }
 
+mod connect;
 mod drain;
 mod hosts;
 mod moves;
 mod sessions;
 pub use crate::store::MOVE_WITHDRAWN_AFTER;
+pub use connect::AdminConnectError;
 pub use drain::DrainError;
-pub use hosts::Host;
+pub use hosts::{Host, HostLookupError};
 pub use moves::{MoveError, Moved};
 pub use sessions::{Finished, MAX_SESSION_METADATA, RegisteredSession, RegistryError};
 

@@ -1,4 +1,5 @@
-//! [`Admin::hosts`]: the live session hosts.
+//! [`Admin::hosts`]: the live session hosts; [`Admin::host_named`]: the one a node name
+//! names.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -40,6 +41,42 @@ pub struct Host {
     pub started_at: Option<SystemTime>,
     /// The etcd lease its key is attached to (its store's node lease).
     pub lease_id: i64,
+}
+
+/// Finding the live session host a node name names failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostLookupError {
+    /// No live session host has that node name. Permanent until a host of that name
+    /// registers.
+    #[error("no live session host named {node:?}")]
+    NoSuchHost {
+        /// The node name asked for.
+        node: String,
+    },
+    /// Several live session hosts have that node name (node names are not unique: two
+    /// processes of one node, or a host that died and whose node lease has not expired yet).
+    /// Name one by its store id. Permanent until all but one have left.
+    #[error("{} live session hosts are named {node:?} (stores {})", .stores.len(), listed(.stores))]
+    Ambiguous {
+        /// The node name asked for.
+        node: String,
+        /// The store ids of the hosts with that name, in order.
+        stores: Vec<Uuid>,
+    },
+    /// etcd failed; nothing was written. Asking again is safe. Transient or permanent as its
+    /// class says.
+    #[error("listing the session hosts failed")]
+    Etcd(#[source] EtcdError),
+}
+
+/// The store ids as `a, b, c`.
+pub(super) fn listed(stores: &[Uuid]) -> String {
+    stores
+        .iter()
+        .map(Uuid::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Admin {
@@ -84,5 +121,30 @@ impl Admin {
             .collect();
         hosts.sort_by_key(|host| host.store);
         Ok(hosts)
+    }
+
+    /// The one live session host whose node name is `node` (as
+    /// [`StoreOptions::with_node`](crate::StoreOptions::with_node) set it; compared exactly),
+    /// read from [`hosts`](Self::hosts): [`NoSuchHost`](HostLookupError::NoSuchHost) if none
+    /// is, [`Ambiguous`](HostLookupError::Ambiguous) with every store id if several are. A host
+    /// that died is found until etcd expires its node lease, as in [`hosts`](Self::hosts).
+    pub async fn host_named(&self, node: &str) -> Result<Host, HostLookupError> {
+        let mut named: Vec<Host> = self
+            .hosts()
+            .await
+            .map_err(HostLookupError::Etcd)?
+            .into_iter()
+            .filter(|host| host.node == node)
+            .collect();
+        match named.len() {
+            1 => Ok(named.remove(0)),
+            0 => Err(HostLookupError::NoSuchHost {
+                node: node.to_owned(),
+            }),
+            _ => Err(HostLookupError::Ambiguous {
+                node: node.to_owned(),
+                stores: named.iter().map(|host| host.store).collect(),
+            }),
+        }
     }
 }

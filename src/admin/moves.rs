@@ -1,5 +1,5 @@
 //! [`Admin::move_session`]: moving an owned session to another session host in one graceful
-//! handover.
+//! handover; [`Admin::move_session_to_node`] names the target by its node name.
 //!
 //! See [`Admin::move_session`] for the protocol.
 
@@ -9,7 +9,8 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::Admin;
+use super::hosts::listed;
+use super::{Admin, HostLookupError};
 use crate::etcd::{Delete, EtcdError, gets};
 use crate::lease::Epoch;
 use crate::store::{HostValue, MoveValue, OwnerValue};
@@ -100,6 +101,26 @@ pub enum MoveError {
         /// How long it was waited for.
         waited: Duration,
     },
+    /// No live session host has that node name. Nothing was written. Permanent until such a
+    /// host registers.
+    #[error("no live session host named {node:?}")]
+    NoSuchHost {
+        /// The target node name.
+        node: String,
+    },
+    /// Several live session hosts have that node name: name the target by its store id
+    /// ([`move_session`](Admin::move_session)). Nothing was written.
+    #[error(
+        "{} live session hosts are named {node:?}: name the target by its store id ({})",
+        .stores.len(),
+        listed(.stores)
+    )]
+    Ambiguous {
+        /// The target node name.
+        node: String,
+        /// The store ids of the hosts with that name, in order.
+        stores: Vec<Uuid>,
+    },
     /// etcd failed; the move may or may not have been asked for. Asking again is safe (a move
     /// under way is reported as such).
     #[error("the move request failed")]
@@ -119,6 +140,16 @@ impl MoveError {
 impl From<EtcdError> for MoveError {
     fn from(error: EtcdError) -> Self {
         MoveError::Etcd(error)
+    }
+}
+
+impl From<HostLookupError> for MoveError {
+    fn from(error: HostLookupError) -> Self {
+        match error {
+            HostLookupError::NoSuchHost { node } => MoveError::NoSuchHost { node },
+            HostLookupError::Ambiguous { node, stores } => MoveError::Ambiguous { node, stores },
+            HostLookupError::Etcd(error) => MoveError::Etcd(error),
+        }
     }
 }
 
@@ -305,6 +336,21 @@ impl Admin {
             ready,
             waited: wait,
         })
+    }
+
+    /// [`move_session`](Self::move_session) to the one live session host named `node` (see
+    /// [`host_named`](Self::host_named)), waiting at most `wait`.
+    /// [`NoSuchHost`](MoveError::NoSuchHost) or [`Ambiguous`](MoveError::Ambiguous) when the
+    /// name does not name exactly one host; then nothing was written. The target's store id is
+    /// the [`Moved::to`] of the move.
+    pub async fn move_session_to_node(
+        &self,
+        session: Uuid,
+        node: &str,
+        wait: Duration,
+    ) -> Result<Moved, MoveError> {
+        let target = self.host_named(node).await?;
+        self.move_session(session, target.store, wait).await
     }
 }
 
