@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use leasehold::Uuid;
-use leasehold::admin::{Admin, DrainError, Host};
+use leasehold::admin::{Admin, DrainError, Host, HostLookupError};
 
 use crate::Failure;
 use crate::node::wait_for_signal;
@@ -31,37 +31,34 @@ pub(crate) struct UndrainArgs {
     store: Option<Uuid>,
 }
 
-/// The one live host named `node` (or with store `store`).
+/// The one live host named `node` ([`Admin::host_named`]), or, with `store`, the live host of
+/// that name and store id.
 pub(super) async fn host_named(
     admin: &Admin,
     node: &str,
     store: Option<Uuid>,
 ) -> Result<Host, Failure> {
+    let missing = |with: String| {
+        Failure::runtime_message(format!(
+            "no live session host named {node:?}{with} in namespace {} (see `leasehold hosts`)",
+            admin.namespace()
+        ))
+    };
+    let Some(store) = store else {
+        return admin.host_named(node).await.map_err(|error| match error {
+            HostLookupError::NoSuchHost { .. } => missing(String::new()),
+            HostLookupError::Etcd(etcd) => Failure::etcd(etcd.class(), etcd),
+            ambiguous => Failure::runtime_message(format!("{ambiguous}: name one with --store")),
+        });
+    };
     let hosts = admin
         .hosts()
         .await
         .map_err(|error| Failure::etcd(error.class(), error))?;
-    let named: Vec<Host> = hosts
+    hosts
         .into_iter()
-        .filter(|host| host.node == node && store.is_none_or(|store| host.store == store))
-        .collect();
-    match named.as_slice() {
-        [host] => Ok(host.clone()),
-        [] => Err(Failure::runtime_message(format!(
-            "no live session host named {node:?}{} in namespace {} (see `leasehold hosts`)",
-            store.map_or_else(String::new, |store| format!(" with store {store}")),
-            admin.namespace()
-        ))),
-        several => Err(Failure::runtime_message(format!(
-            "{} live hosts are named {node:?}: name one with --store ({})",
-            several.len(),
-            several
-                .iter()
-                .map(|host| host.store.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
+        .find(|host| host.node == node && host.store == store)
+        .ok_or_else(|| missing(format!(" with store {store}")))
 }
 
 fn drain_failure(error: DrainError) -> Failure {
