@@ -99,6 +99,31 @@ cmd_demo() {
   LEASEHOLD_ETCD_BIN="$etcd" ./target/debug/leasehold demo
 }
 
+# A new user's first build resolves the library's dependencies to the newest versions its
+# requirements allow, not to Cargo.lock's: a project of one line that depends on it by path, with
+# its harness and sidecar, checked with warnings denied (dependencies' own lints stay capped).
+check_fresh_resolution() {
+  local fresh
+  fresh=$(mktemp -d)
+  mkdir "$fresh/src"
+  echo 'fn main() {}' >"$fresh/src/main.rs"
+  cat >"$fresh/Cargo.toml" <<EOF
+[package]
+name = "leasehold-user"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+leasehold = { path = "$here", features = ["grpc", "testing"] }
+
+[workspace]
+EOF
+  RUSTFLAGS="-D warnings" CARGO_TARGET_DIR="$here/target/fresh-resolution" \
+    cargo check --quiet --manifest-path "$fresh/Cargo.toml" || { rm -rf "$fresh"; return 1; }
+  rm -rf "$fresh"
+}
+
 cmd_test() {
   ensure_toolchain
   ensure_protoc
@@ -118,6 +143,8 @@ cmd_test() {
   cargo clippy -p leasehold --lib -- -D warnings
   cargo clippy -p leasehold --lib --features grpc -- -D warnings
   cargo clippy -p leasehold-cli --bins -- -D warnings
+  say "the library as a new user builds it: dependencies resolved afresh, warnings denied"
+  check_fresh_resolution
   say "minimum supported Rust version"
   bash deploy/msrv.sh
   say "cargo test (unit and integration; etcd in containers)"

@@ -181,6 +181,14 @@ async fn an_etcd_that_does_not_answer_fails_within_the_retry_deadline() {
             }
             other => panic!("{other:?}"),
         }
+        // What a `main` that returns the error prints: its chain on one line, no field dump.
+        let shown = format!("{:?}", result.as_ref().expect_err("failed"));
+        assert!(
+            shown.starts_with("cannot connect to etcd: no etcd endpoint answered (")
+                && !shown.contains('\n')
+                && !shown.contains("Unreachable {"),
+            "{shown}"
+        );
         // Within the deadline, plus a last attempt's timeouts and a loaded machine's slack.
         assert!(took <= bound + Duration::from_secs(3), "took {took:?}");
     }

@@ -118,6 +118,10 @@ pub(crate) struct Common {
         global = true
     )]
     max_in_flight: u64,
+    /// Say nothing of an etcd older than the minimum for production (3.5.28), which is
+    /// otherwise said once per process at WARN: for tests and fleets that run one knowingly.
+    #[arg(long, env = "LEASEHOLD_NO_VERSION_WARNING", global = true)]
+    no_version_warning: bool,
     /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.
     #[arg(
         long,
@@ -424,6 +428,7 @@ impl Common {
         options.tls = tls;
         options.credentials = credentials;
         options.max_in_flight = self.max_in_flight();
+        options.version_warning = !self.no_version_warning;
         Ok(options)
     }
 
@@ -463,6 +468,7 @@ impl Common {
         options.advertise = self.advertise.clone();
         options.retry = self.retry();
         options.max_in_flight = self.max_in_flight();
+        options.version_warning = !self.no_version_warning;
         (options.tls, options.credentials) = self.security()?;
         Ok(options)
     }
@@ -513,14 +519,6 @@ async fn status(common: &Common) -> Result<(), Failure> {
         .status()
         .await
         .map_err(|error| Failure::etcd(error.class(), error))?;
-    if member.is_older_than_minimum() {
-        let (major, minor, patch) = leasehold::MINIMUM_ETCD;
-        tracing::warn!(
-            endpoint = %member.endpoint,
-            "etcd {} is older than {major}.{minor}.{patch}, the minimum for production (docs/production.md, etcd versions)",
-            member.version
-        );
-    }
     let held = leasehold::Admin::new(connection.clone(), common.namespace.clone())
         .namespace_status()
         .await

@@ -6,7 +6,7 @@ use crate::etcd::{ConnectError, ConnectOptions, Connection};
 use crate::keys::{InvalidNamespaceError, Namespace};
 
 /// [`Admin::connect`] or [`Admin::connect_with`] failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum AdminConnectError {
     /// The namespace is not valid. Nothing was dialled. Permanent.
@@ -21,6 +21,14 @@ pub enum AdminConnectError {
     /// fixed.
     #[error("cannot connect to etcd")]
     Connect(#[source] ConnectError),
+}
+
+/// The error and its causes on one line, `error: cause: cause`: what a `main` that returns it
+/// (through `?` and `Box<dyn Error>`) prints, rather than a dump of its fields.
+impl std::fmt::Debug for AdminConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::etcd::chain(self))
+    }
 }
 
 impl Admin {

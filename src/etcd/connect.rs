@@ -4,7 +4,7 @@
 use super::error::{EtcdError, FailureClass};
 
 /// [`Connection::connect`](super::Connection::connect) failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
     /// No endpoint was given. Permanent.
@@ -53,6 +53,14 @@ pub enum ConnectError {
         #[source]
         source: EtcdError,
     },
+}
+
+/// The error and its causes on one line, `error: cause: cause`: what a `main` that returns it
+/// (through `?` and `Box<dyn Error>`) prints, rather than a dump of its fields.
+impl std::fmt::Debug for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&super::error::chain(self))
+    }
 }
 
 /// Whether a request failed because its connection closed, for no reason the error gives: on
@@ -118,6 +126,10 @@ pub(super) mod tls_probe {
     /// A rustls client configuration like tonic's: the CA as the only root, the client
     /// certificate if any, HTTP/2 by ALPN.
     fn client_config(tls: &TlsOptions) -> Option<Arc<rustls::ClientConfig>> {
+        // The provider tonic's `tls-ring` connects with, so the probe sees what the connection
+        // saw. rustls 0.23.48 deprecates it for lacking post-quantum key exchange; ring has no
+        // other, and etcd's members offer none either.
+        #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for certificate in CertificateDer::pem_slice_iter(&tls.ca_pem) {
@@ -234,25 +246,46 @@ pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
     }
 }
 
-/// Warns, once per process, that `member` runs an etcd older than [`MINIMUM_ETCD`].
+/// Warns that `member` runs an etcd older than [`MINIMUM_ETCD`], once per process for each
+/// endpoint: a process that connects many times (a loop of commands, a store per test) says it
+/// once.
 pub(crate) fn warn_if_old(member: &MemberStatus) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    if member.is_older_than_minimum() {
-        WARNED.call_once(|| {
-            let (major, minor, patch) = MINIMUM_ETCD;
-            tracing::warn!(
-                endpoint = %member.endpoint,
-                version = %member.version,
-                "etcd {} is older than {major}.{minor}.{patch}, which fixed stale linearizable reads around a leader change and a renewal after a revoke (docs/production.md, etcd versions)",
-                member.version
-            );
-        });
+    if member.is_older_than_minimum() && first_warning(&member.endpoint) {
+        let (major, minor, patch) = MINIMUM_ETCD;
+        tracing::warn!(
+            endpoint = %member.endpoint,
+            version = %member.version,
+            "etcd {} is older than {major}.{minor}.{patch}, which fixed stale linearizable reads around a leader change and a renewal after a revoke (docs/production.md, etcd versions; silenced by ConnectOptions::with_version_warning(false), the tool's --no-version-warning)",
+            member.version
+        );
     }
+}
+
+/// Whether this process has not warned of `endpoint`'s version yet; true once per endpoint.
+fn first_warning(endpoint: &str) -> bool {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.iter().any(|known| known == endpoint) {
+        return false;
+    }
+    warned.push(endpoint.to_owned());
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_warning_is_given_once_per_endpoint() {
+        assert!(first_warning("http://version-test-a:2379"));
+        assert!(!first_warning("http://version-test-a:2379"));
+        assert!(first_warning("http://version-test-b:2379"));
+        assert!(!first_warning("http://version-test-a:2379"));
+        assert!(!first_warning("http://version-test-b:2379"));
+    }
 
     #[test]
     fn versions_before_the_minimum_are_old_and_garbage_is_not() {

@@ -286,13 +286,17 @@ impl Connection {
             answered: None,
             request_timeout: options.request_timeout,
         };
-        connection
+        let connection = connection
             .answering(
                 options.endpoints.join(","),
                 options.tls.as_ref(),
                 options.connect_timeout,
             )
-            .await
+            .await?;
+        if options.version_warning {
+            connection.warn_if_old();
+        }
+        Ok(connection)
     }
 
     /// A connection to `endpoint` that has dialled nothing yet (etcd-client dials lazily),
@@ -402,8 +406,8 @@ impl Connection {
         })
     }
 
-    /// Warns (once per process) if the member that answered the first status request runs an
-    /// etcd older than [`MINIMUM_ETCD`].
+    /// Warns (once per process for each endpoint) if the member that answered the first status
+    /// request runs an etcd older than [`MINIMUM_ETCD`].
     pub(crate) fn warn_if_old(&self) {
         if let Some(member) = &self.answered {
             warn_if_old(member);

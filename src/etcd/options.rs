@@ -66,6 +66,10 @@ pub struct ConnectOptions {
     /// few attempts are cancelled (each cancelled one counts towards the reset limit at which
     /// the HTTP/2 layer closes a connection). At least 1.
     pub max_in_flight: usize,
+    /// Whether connecting warns (at WARN, once per process for each endpoint) when the member
+    /// that answers runs an etcd older than [`MINIMUM_ETCD`](crate::MINIMUM_ETCD). Default
+    /// true.
+    pub version_warning: bool,
 }
 
 impl ConnectOptions {
@@ -85,6 +89,7 @@ impl ConnectOptions {
             tls: None,
             credentials: None,
             max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
+            version_warning: true,
         }
     }
 
@@ -116,6 +121,14 @@ impl ConnectOptions {
     /// Sets how long one unary request may take.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets whether connecting warns of an etcd older than
+    /// [`MINIMUM_ETCD`](crate::MINIMUM_ETCD) (see [`version_warning`](Self::version_warning)):
+    /// `false` for a test suite or a fleet that runs such an etcd knowingly.
+    pub fn with_version_warning(mut self, warn: bool) -> Self {
+        self.version_warning = warn;
         self
     }
 

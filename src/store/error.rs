@@ -86,7 +86,7 @@ impl AcquireError {
 }
 
 /// [`Store::connect`](crate::store::Store::connect) failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The namespace is not valid. Permanent.
@@ -157,6 +157,14 @@ pub enum StoreError {
     /// Granting the node lease failed. Transient or permanent as its class says.
     #[error("cannot grant the node lease")]
     Grant(#[source] EtcdError),
+}
+
+/// The error and its causes on one line, `error: cause: cause`: what a `main` that returns it
+/// (through `?` and `Box<dyn Error>`) prints, rather than a dump of its fields.
+impl std::fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::etcd::chain(self))
+    }
 }
 
 #[cfg(test)]

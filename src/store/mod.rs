@@ -205,6 +205,7 @@ impl Store {
         connect.tls = options.tls.clone();
         connect.credentials = options.credentials.clone();
         connect.max_in_flight = options.max_in_flight;
+        connect.version_warning = options.version_warning;
         let connection = Connection::connect(connect)
             .await
             .map_err(StoreError::Connect)?;
@@ -226,12 +227,14 @@ impl Store {
             .map_err(StoreError::Connect)?
             .with_request_timeout(options.request_timeout)
             .with_max_in_flight(options.max_in_flight);
+        if options.version_warning {
+            connection.warn_if_old();
+        }
         Self::start(connection, options).await
     }
 
     /// Grants the node lease and starts the keepalive and watch tasks.
     async fn start(connection: Connection, options: StoreOptions) -> Result<Self, StoreError> {
-        connection.warn_if_old();
         let (node, validity) = keepalive::grant(&connection, options.ttl, options.margin)
             .await
             .map_err(|error| match error {

@@ -66,6 +66,10 @@ pub struct StoreOptions {
     /// [`ConnectOptions::max_in_flight`]: crate::etcd::ConnectOptions::max_in_flight
     /// [`ConnectOptions::DEFAULT_MAX_IN_FLIGHT`]: crate::etcd::ConnectOptions::DEFAULT_MAX_IN_FLIGHT
     pub max_in_flight: usize,
+    /// Whether connecting warns of an etcd older than [`MINIMUM_ETCD`](crate::MINIMUM_ETCD)
+    /// (at WARN, once per process for each endpoint); see
+    /// [`with_version_warning`](Self::with_version_warning). Default true.
+    pub version_warning: bool,
     /// A deliberately broken append, for tests of checkers; see
     /// [`with_mutant`](Self::with_mutant).
     #[cfg(feature = "testing")]
@@ -92,6 +96,7 @@ impl StoreOptions {
             tls: None,
             credentials: None,
             max_in_flight: crate::etcd::ConnectOptions::DEFAULT_MAX_IN_FLIGHT,
+            version_warning: true,
             #[cfg(feature = "testing")]
             mutant: Mutant::None,
         }
@@ -176,6 +181,14 @@ impl StoreOptions {
     /// (see [`max_in_flight`](Self::max_in_flight)); 0 counts as 1.
     pub fn with_max_in_flight(mut self, requests: usize) -> Self {
         self.max_in_flight = requests;
+        self
+    }
+
+    /// Sets whether connecting warns of an etcd older than
+    /// [`MINIMUM_ETCD`](crate::MINIMUM_ETCD): `false` for a test suite or a fleet that runs
+    /// such an etcd knowingly.
+    pub fn with_version_warning(mut self, warn: bool) -> Self {
+        self.version_warning = warn;
         self
     }
 
