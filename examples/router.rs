@@ -10,8 +10,11 @@
 //! - another node owns it: forward the request to the address that node advertises, once
 //!   (marked `x-leasehold-forwarded`, so that two nodes whose directories disagree for a
 //!   moment never bounce it back and forth), and relay its answer;
+//! - no such session (not one of the N): `404`;
 //! - nobody can take it now (no owner, its host is gone, its rig is being opened, or the
 //!   forward failed): `503` with `Retry-After: 1`.
+//!
+//! All but the first is [`HttpRouter`]'s: one call in the handler.
 //!
 //! `GET /sessions/{id}/owner` tells what the directory says of the session (`404` if nobody
 //! owns it).
@@ -27,26 +30,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Parser;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use leasehold::directory::Owner;
 use leasehold::{
-    CancellationToken, HostOptions, JournalWriteError, Namespace, OwnerDirectory, Rig, Route,
-    SessionHost, Store, StoreOptions, Uuid,
+    CancellationToken, HostOptions, HttpRouter, JournalWriteError, Namespace, OwnerDirectory, Rig,
+    Routed, SessionHost, Store, StoreOptions, Uuid,
 };
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
 
-/// Set on a request one node forwards to another: it is never forwarded a second time.
-const FORWARDED: &str = "x-leasehold-forwarded";
+/// The largest body appended as one record (the journal's own limit is larger).
+const MAX_BODY: usize = 1 << 20;
 
 #[derive(Parser)]
 struct Args {
@@ -74,11 +72,7 @@ struct Args {
 struct App {
     node: String,
     host: SessionHost,
-    directory: OwnerDirectory,
-    client: Client<HttpConnector, Full<Bytes>>,
-    /// The longest a forwarded request may take: an owner's append may be re-sent for as long
-    /// as its lease is valid, at most a TTL.
-    forward_timeout: Duration,
+    router: HttpRouter,
 }
 
 #[tokio::main]
@@ -109,9 +103,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Arc::new(App {
         node: args.node,
         host,
-        directory,
-        client: Client::builder(TokioExecutor::new()).build_http(),
-        forward_timeout: ttl,
+        // A forwarded append may be re-sent by its owner for as long as its lease is valid, a
+        // TTL at most.
+        router: HttpRouter::new(directory).with_timeout(ttl),
     });
     let router = Router::new()
         .route("/sessions/{id}", post(append))
@@ -142,72 +136,35 @@ async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
 async fn append(
     State(app): State<Arc<App>>,
     Path(session): Path<Uuid>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    match app.host.route(session, &app.directory) {
-        Route::Here(rig) => match rig.journal().append(&body).await {
-            Ok(appended) => answer(json!({
-                "node": app.node,
-                "session": session,
-                "epoch": rig.epoch().get(),
-                "seq": appended.last_seq,
-            })),
-            Err(error @ JournalWriteError::TooLarge { .. }) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, format!("{error}\n")).into_response()
-            }
-            // The session was lost meanwhile, or etcd failed: its next owner takes a retry.
-            Err(error) => unavailable(error),
-        },
-        Route::There(owner) if !headers.contains_key(FORWARDED) => {
-            forward(&app, &owner, body).await.unwrap_or_else(|error| {
-                unavailable(format!("forwarding to {:?}: {error}", owner.node.name))
-            })
-        }
-        // Forwarded here, yet not owned here: this node's directory lags the sender's (or the
-        // other way round). Retrying lets the two catch up.
-        Route::There(owner) => {
-            unavailable(format!("forwarded, but owned by {:?}", owner.node.name))
-        }
-        Route::Nobody => unavailable("no node can take the session now"),
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Sends the request on to `owner`, and its answer back.
-async fn forward(app: &App, owner: &Owner, body: Bytes) -> Result<Response, BoxError> {
-    let base = owner
-        .node
-        .advertise
-        .as_deref()
-        .ok_or("it advertises no address")?;
-    // The address may carry a path of its own (`https://n1.internal:8443/svc/`).
-    let base = base.trim_end_matches('/');
-    let request = hyper::Request::post(format!("{base}/sessions/{}", owner.session))
-        .header(FORWARDED, &app.node)
-        .body(Full::new(body))?;
-    let send = async {
-        let (parts, body) = app.client.request(request).await?.into_parts();
-        Ok::<_, BoxError>((parts, body.collect().await?.to_bytes()))
+    let (rig, request) = match app.router.route(&app.host, session, request).await {
+        Routed::Here(rig, request) => (rig, request),
+        // Forwarded to the owner and its answer relayed; or 404, or 503 to be retried.
+        Routed::Answered(response) => return response.map(Body::from),
     };
-    let (parts, body) = tokio::time::timeout(app.forward_timeout, send)
-        .await
-        .map_err(|_| "no answer in time")??;
-    // The status and the body, and the headers that say what they are; not the hop's own.
-    let mut relayed = Response::new(Body::from(body));
-    *relayed.status_mut() = parts.status;
-    for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
-        if let Some(value) = parts.headers.get(&name) {
-            relayed.headers_mut().insert(name, value.clone());
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+        Ok(body) => body,
+        Err(error) => return (StatusCode::PAYLOAD_TOO_LARGE, format!("{error}\n")).into_response(),
+    };
+    match rig.journal().append(&body).await {
+        Ok(appended) => answer(json!({
+            "node": app.node,
+            "session": session,
+            "epoch": rig.epoch().get(),
+            "seq": appended.last_seq,
+        })),
+        Err(error @ JournalWriteError::TooLarge { .. }) => {
+            (StatusCode::PAYLOAD_TOO_LARGE, format!("{error}\n")).into_response()
         }
+        // The session was lost meanwhile, or etcd failed: its next owner takes a retry.
+        Err(error) => unavailable(error),
     }
-    Ok(relayed)
 }
 
 /// `GET /sessions/{id}/owner`: what this node's directory says, without I/O.
 async fn owner(State(app): State<Arc<App>>, Path(session): Path<Uuid>) -> Response {
-    match app.directory.owner_of(session) {
+    match app.router.directory().owner_of(session) {
         Some(owner) => answer(json!({
             "session": session,
             "node": owner.node.name,

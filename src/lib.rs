@@ -132,7 +132,10 @@ pub use etcd::{
     ConnectError, ConnectOptions, Connection, Credentials, EtcdError, FailureClass, MINIMUM_ETCD,
     MemberStatus, RetryPolicy, TlsOptions, WritePolicy, etcd_metric,
 };
-pub use host::{GiveUp, HostEvent, HostEvents, HostOptions, NotOwner, Route, SessionHost};
+pub use host::{
+    FORWARDED_HEADER, GiveUp, HostEvent, HostEvents, HostOptions, HttpRouter, NotOwner, Route,
+    Routed, SessionHost,
+};
 pub use journal::{
     AppendError, Appended, DecodeError, Deleted, Event, Fence, Found, IdempotencyKey, Journal,
     JournalLeaseLostError, JournalLimits, JournalWriteError, NilLeaseError, OpenJournalError,

@@ -147,7 +147,7 @@ async fn the_directory_follows_a_fleet_and_marks_a_dead_hosts_sessions_at_once()
         other => panic!("{other:?}"),
     }
     let stranger = Uuid::new_v4();
-    assert!(matches!(one.route(stranger, &directory), Route::Nobody));
+    assert!(matches!(one.route(stranger, &directory), Route::Unknown));
     let refused = one.route(theirs, &directory).into_rig().unwrap_err();
     assert!(
         refused.to_string().contains("http://127.0.0.1:31502"),

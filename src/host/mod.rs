@@ -133,6 +133,7 @@
 //! [`Journal::broken`]: crate::Journal::broken
 
 mod balance;
+mod http;
 mod moves;
 mod options;
 mod registry;
@@ -158,6 +159,7 @@ use crate::rig::Rig;
 use crate::store::HostValue;
 use crate::store::Store;
 use balance::balance;
+pub use http::{FORWARDED_HEADER, HttpRouter, Routed};
 use options::Work;
 pub use options::{GiveUp, HostEvent, HostOptions};
 pub use route::{NotOwner, Route};
@@ -364,6 +366,12 @@ impl SessionHost {
     /// it hosts, so their shares grow to cover it).
     pub fn remove(&self, session: Uuid) {
         self.inner.remove(session);
+    }
+
+    /// Whether this host hosts `session`: one of its fixed sessions, one [`add`](Self::add)ed,
+    /// or, for a host of the registry, one registered as of the last registry event it saw.
+    pub fn hosts(&self, session: Uuid) -> bool {
+        lock(&self.inner.wanted).contains_key(&session)
     }
 
     /// The sessions this host owns now, each with its lease's epoch, in no order.

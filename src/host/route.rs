@@ -20,6 +20,11 @@ pub enum Route {
     /// Nobody can take the request now: the session has no owner, its owner's host is gone, or
     /// this host owns it but its rig is being opened or shut down. Try again shortly.
     Nobody,
+    /// The session is not one this host hosts (not in its fixed set, and, for a host of the
+    /// registry, not registered as of the last registry event it saw), and the directory
+    /// names no owner: no such session, an answer of its own (HTTP 404), not a wait. A
+    /// session created a moment ago may be reported so until this host sees its creation.
+    Unknown,
 }
 
 impl Route {
@@ -28,8 +33,18 @@ impl Route {
     pub fn into_rig(self) -> Result<Arc<Rig>, NotOwner> {
         match self {
             Route::Here(rig) => Ok(rig),
-            Route::There(owner) => Err(NotOwner { owner: Some(owner) }),
-            Route::Nobody => Err(NotOwner { owner: None }),
+            Route::There(owner) => Err(NotOwner {
+                owner: Some(owner),
+                unknown: false,
+            }),
+            Route::Nobody => Err(NotOwner {
+                owner: None,
+                unknown: false,
+            }),
+            Route::Unknown => Err(NotOwner {
+                owner: None,
+                unknown: true,
+            }),
         }
     }
 }
@@ -45,19 +60,23 @@ impl Route {
         owner.node.name,
         owner.node.advertise.as_deref().unwrap_or("no address advertised"),
     ),
+    None if *unknown => "no such session: this host does not host it and nobody owns it".to_owned(),
     None => "the session has no owner that can take requests now".to_owned(),
 })]
 #[non_exhaustive]
 pub struct NotOwner {
     /// The node that owns the session, if one that is alive does.
     pub owner: Option<Owner>,
+    /// The session is not one this host hosts and nobody owns it ([`Route::Unknown`]).
+    pub unknown: bool,
 }
 
 impl SessionHost {
     /// Where a request for `session` goes: [`Here`](Route::Here) if this host owns it with a
     /// valid lease (whatever `directory` says: the lease is proof, the directory may lag), else
     /// [`There`](Route::There) if `directory` names another node whose host is alive, else
-    /// [`Nobody`](Route::Nobody). No I/O.
+    /// [`Unknown`](Route::Unknown) if this host does not host the session and `directory`
+    /// names no owner at all, else [`Nobody`](Route::Nobody). No I/O.
     pub fn route(&self, session: Uuid, directory: &OwnerDirectory) -> Route {
         if let Some(rig) = self.rig(session).filter(|rig| rig.is_valid()) {
             return Route::Here(rig);
@@ -66,6 +85,7 @@ impl SessionHost {
             Some(owner) if owner.host_alive && owner.node.store != self.inner.store.id() => {
                 Route::There(owner)
             }
+            None if !self.hosts(session) => Route::Unknown,
             _ => Route::Nobody,
         }
     }
