@@ -166,12 +166,12 @@ impl FaultProxy {
 
     /// Closes every open connection once; new connections are proxied as the mode says.
     pub fn cut(&self) {
-        self.connections.lock().expect("not poisoned").abort_all();
+        crate::sync::lock(&self.connections).abort_all();
     }
 
     /// The number of connections open through the proxy.
     pub fn open_connections(&self) -> usize {
-        let mut connections = self.connections.lock().expect("not poisoned");
+        let mut connections = crate::sync::lock(&self.connections);
         while connections.try_join_next().is_some() {}
         connections.len()
     }
@@ -180,9 +180,7 @@ impl FaultProxy {
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.accept.abort();
-        if let Ok(mut connections) = self.connections.lock() {
-            connections.abort_all();
-        }
+        crate::sync::lock(&self.connections).abort_all();
     }
 }
 
@@ -201,7 +199,7 @@ async fn accept_loop(
             drop(client);
             continue;
         }
-        let mut connections = connections.lock().expect("not poisoned");
+        let mut connections = crate::sync::lock(&connections);
         while connections.try_join_next().is_some() {}
         connections.spawn(proxy_connection(
             client,

@@ -2,7 +2,7 @@
 //! it breaks), for those who would otherwise keep a task or a registration per session waiting
 //! for it (a rig deleting its workspace root, a host stopping a session's work).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 /// Hooks run once, with what happened, after it is recorded; one added after that runs at
 /// once. The hooks run where the event is recorded (a keepalive task, the owner watch, a
@@ -40,7 +40,7 @@ impl<A: Copy + 'static> OnceHooks<A> {
         happened: impl FnOnce() -> Option<A>,
         hook: impl FnOnce(A) + Send + 'static,
     ) {
-        let mut slot = self.hooks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = crate::sync::lock(&self.hooks);
         if let Some(what) = happened() {
             drop(slot);
             hook(what);
@@ -58,11 +58,7 @@ impl<A: Copy + 'static> OnceHooks<A> {
     /// Runs the hooks added so far, once, in order (none of them again later). Call it once
     /// what happened is recorded.
     pub(crate) fn run(&self, what: A) {
-        let hooks = self
-            .hooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let hooks = crate::sync::lock(&self.hooks).take();
         if let Some(hooks) = hooks {
             hooks(what);
         }

@@ -45,8 +45,8 @@
 //! ARCHITECTURE.md):
 //!
 //! 1. [`keys`] (the key layout), `fault` (the fault proxy), the clock helpers, the one
-//!    backoff every retry loop pauses by, and the hooks a lease's loss and a journal's
-//!    breaking run.
+//!    backoff every retry loop pauses by, the hooks a lease's loss and a journal's breaking
+//!    run, and the one way a std mutex is locked.
 //! 2. `etcd`: etcd as leasehold talks to it ([`Connection`], the one write path, [`EtcdError`]);
 //!    it knows nothing of sessions.
 //! 3. [`metrics`]: what is recorded, under labels the layers above give it.
@@ -117,6 +117,7 @@ pub mod rig;
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod sidecar;
 pub mod store;
+mod sync;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom up; modules in one layer may import each other unless that makes a loop.
 const LAYERS: &[&[&str]] = &[
-    &["keys", "fault", "deadline", "clock", "backoff", "hooks"],
+    &[
+        "keys", "fault", "deadline", "clock", "backoff", "hooks", "sync",
+    ],
     &["etcd"],
     &["metrics"],
     &["lease"],

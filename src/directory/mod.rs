@@ -262,10 +262,7 @@ impl Shared {
 
     fn heard(&self, revision: i64) {
         self.heard.fetch_max(revision, Ordering::Relaxed);
-        *self
-            .heard_at
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        *crate::sync::lock(&self.heard_at) = Instant::now();
     }
 }
 
@@ -354,11 +351,7 @@ impl OwnerDirectory {
 
     /// How far behind etcd the directory is.
     pub fn lag(&self) -> Lag {
-        let heard_at = *self
-            .shared
-            .heard_at
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let heard_at = *crate::sync::lock(&self.shared.heard_at);
         let applied = self.revision();
         Lag {
             applied,

@@ -264,9 +264,7 @@ pub(crate) fn warn_if_old(member: &MemberStatus) {
 /// Whether this process has not warned of `endpoint`'s version yet; true once per endpoint.
 fn first_warning(endpoint: &str) -> bool {
     static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut warned = WARNED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warned = crate::sync::lock(&WARNED);
     if warned.iter().any(|known| known == endpoint) {
         return false;
     }

@@ -109,10 +109,7 @@ impl Member {
         &self,
         authenticate: bool,
     ) -> (C, Arc<tokio::sync::OnceCell<()>>, Option<Client>) {
-        let unary = self
-            .client
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let unary = crate::sync::lock(&self.client);
         let whole =
             (authenticate && !unary.authenticated.initialized()).then(|| unary.client.clone());
         (C::of(&unary.client), unary.authenticated.clone(), whole)
@@ -645,10 +642,7 @@ impl Connection {
         };
         match Client::connect([endpoint], Some(options.clone())).await {
             Ok(client) => {
-                *member
-                    .client
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Unary::new(client);
+                *crate::sync::lock(&member.client) = Unary::new(client);
                 tracing::debug!(
                     endpoint,
                     "no answer in time; the next request connects anew"

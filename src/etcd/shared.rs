@@ -28,7 +28,7 @@
 //! find (an acquisition's orphan is deleted by the owner watch).
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use etcd_client::{Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::{Semaphore, oneshot};
@@ -308,11 +308,7 @@ fn parts(response: &TxnResponse, count: usize) -> Option<Vec<TxnResponse>> {
     (parts.len() == count).then_some(parts)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::sync::lock;
 
 #[cfg(test)]
 mod tests {

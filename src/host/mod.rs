@@ -288,11 +288,7 @@ fn leave_bound(policy: &crate::etcd::WritePolicy) -> Duration {
     policy.attempt_timeout.saturating_mul(3)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::sync::lock;
 
 impl SessionHost {
     /// Starts hosting `sessions` on `store`, running `work` for each session it owns.

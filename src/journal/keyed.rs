@@ -133,9 +133,7 @@ impl KeyIndex {
     }
 
     fn lock(&self) -> MutexGuard<'_, Keys> {
-        self.keys
-            .lock()
-            .expect("a journal's keys are never held across a panic")
+        crate::sync::lock(&self.keys)
     }
 
     /// Looks `key` up for a call of records whose digest is `digest` (see [`digest`]), and

@@ -256,16 +256,12 @@ impl LeaseState {
 
     /// Keeps the tip the acquisition read, for the journal's open.
     pub(crate) fn set_seen_tip(&self, seen: Option<KeyValue>) {
-        *self.seen_tip.lock().expect("never held across a panic") = Some(Box::new(seen));
+        *crate::sync::lock(&self.seen_tip) = Some(Box::new(seen));
     }
 
     /// The tip the acquisition read, once: the open that takes it fences at it.
     pub(crate) fn take_seen_tip(&self) -> Option<Option<KeyValue>> {
-        self.seen_tip
-            .lock()
-            .expect("never held across a panic")
-            .take()
-            .map(|seen| *seen)
+        crate::sync::lock(&self.seen_tip).take().map(|seen| *seen)
     }
 
     pub(crate) fn released(&self) -> bool {

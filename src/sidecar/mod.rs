@@ -175,9 +175,7 @@ struct Sessions {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Sessions> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.sessions)
     }
 
     /// Records `owned` as the session's owner here.

@@ -754,25 +754,16 @@ impl StoreShared {
     }
 
     pub(crate) fn current_node(&self) -> Option<Arc<NodeLease>> {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::sync::lock(&self.current).clone()
     }
 
     pub(crate) fn set_current_node(&self, node: Option<Arc<NodeLease>>) {
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = node;
+        *crate::sync::lock(&self.current) = node;
     }
 
-    /// The registry, also after a panic elsewhere poisoned its lock (its state stays
-    /// consistent: every mutation completes under the lock).
+    /// The registry (its state stays consistent: every mutation completes under the lock).
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.registry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.registry)
     }
 
     /// The span naming this store: its node and namespace.

@@ -28,7 +28,7 @@
 //! `.await`.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use etcd_client::Compare;
 use tokio::sync::{Semaphore, oneshot};
@@ -516,11 +516,7 @@ impl Drop for Flight<'_> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .expect("the queue's locks are never held across a panic")
-}
+use crate::sync::lock;
 
 #[cfg(test)]
 mod tests;
