@@ -90,8 +90,21 @@ pub enum LossReason {
 }
 
 impl LossReason {
-    /// The reason as the `reason` label of `leasehold_losses_total` names it.
-    pub(crate) fn label(self) -> &'static str {
+    /// Every reason, in the order they are declared.
+    pub const ALL: [LossReason; 7] = [
+        LossReason::Released,
+        LossReason::Revoked,
+        LossReason::Overtaken,
+        LossReason::Expired,
+        LossReason::KeepaliveFailed,
+        LossReason::StoreClosed,
+        LossReason::PermissionDenied,
+    ];
+
+    /// The reason's one name, in snake case: the `reason` label of `leasehold_losses_total`,
+    /// the sidecar's `Lost.reason` and `loss` metadata; its [`Display`](fmt::Display) is the
+    /// same words, spaced.
+    pub fn label(self) -> &'static str {
         match self {
             LossReason::Released => "released",
             LossReason::Revoked => "revoked",
@@ -105,15 +118,14 @@ impl LossReason {
 }
 
 impl fmt::Display for LossReason {
+    /// The [`label`](LossReason::label)'s words, spaced: `keepalive failed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Released => "released",
-            LossReason::Revoked => "revoked",
-            LossReason::Overtaken => "overtaken",
-            LossReason::Expired => "expired",
-            LossReason::KeepaliveFailed => "keepalive failed",
-            LossReason::StoreClosed => "store closed",
-            LossReason::PermissionDenied => "permission denied",
-        })
+        for (at, word) in self.label().split('_').enumerate() {
+            if at > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(word)?;
+        }
+        Ok(())
     }
 }

@@ -21,7 +21,7 @@ use tonic::Status;
 use uuid::Uuid;
 
 use super::proto::{self, AttachRequest, AttachResponse, attach_request, attach_response};
-use super::refusal::{Refusal, loss_label};
+use super::refusal::{JOURNAL_BROKEN, Refusal, loss_label};
 use super::token::Token;
 use super::{Owned, Sidecar, parse_session};
 use crate::lease::Epoch;
@@ -326,7 +326,7 @@ fn watch_loss(owned: &Arc<Owned>) -> BoxFuture<'static, (Arc<Owned>, &'static st
     Box::pin(async move {
         let loss = tokio::select! {
             reason = owned.lease.lost() => loss_label(reason),
-            () = owned.journal.broken() => "journal_broken",
+            () = owned.journal.broken() => JOURNAL_BROKEN,
         };
         (owned, loss)
     })

@@ -139,7 +139,7 @@ impl Refusal {
         }
     }
 
-    /// The lease of `epoch` was lost (`loss`: a [`LossReason`] label, or `journal_broken`).
+    /// The lease of `epoch` was lost (`loss`: a [`LossReason`] label, or [`JOURNAL_BROKEN`]).
     pub(crate) fn lease_lost(session: uuid::Uuid, epoch: Epoch, loss: &str) -> Self {
         Refusal::new(
             Code::FailedPrecondition,
@@ -347,6 +347,19 @@ pub(crate) fn loss_label(reason: LossReason) -> &'static str {
     reason.label()
 }
 
+/// `Lost.reason` when the sidecar gives a session up because its journal broke (fenced, or an
+/// append whose outcome stayed unknown), its lease still held.
+pub(crate) const JOURNAL_BROKEN: &str = "journal_broken";
+
+/// Every `Lost.reason` the sidecar sends: each [`LossReason`]'s label, and [`JOURNAL_BROKEN`].
+#[cfg(test)]
+fn loss_reasons() -> impl Iterator<Item = &'static str> {
+    LossReason::ALL
+        .into_iter()
+        .map(loss_label)
+        .chain([JOURNAL_BROKEN])
+}
+
 /// A gRPC code as gRPC names it (`OK`, `FAILED_PRECONDITION`, …).
 pub(crate) fn code_label(code: tonic::Code) -> &'static str {
     use tonic::Code;
@@ -378,6 +391,48 @@ mod tests {
     fn read(path: &str) -> String {
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
             .unwrap()
+    }
+
+    /// The words of the proto's comment on `Lost.reason`, and of docs/sidecar.md's row for
+    /// `Lost`, that are in backquotes or lower snake case: exactly the reasons sent.
+    #[test]
+    fn every_loss_reason_is_in_the_proto_and_the_docs_and_they_name_no_other() {
+        let sent: std::collections::BTreeSet<&str> = loss_reasons().collect();
+        let proto = read("proto/leasehold/v1/leasehold.proto");
+        let lost = &proto[proto.find("message Lost {").expect("the proto has Lost")..];
+        let comment = lost[..lost.find("string reason").expect("Lost has a reason")]
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("//"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let listed = |text: &str| -> std::collections::BTreeSet<String> {
+            text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .filter(|word| sent.contains(word) || word.contains('_'))
+                .map(str::to_owned)
+                .collect()
+        };
+        let in_proto = listed(comment.split_once("Why:").expect("a list").1);
+        let docs = read("docs/sidecar.md");
+        let row = docs
+            .lines()
+            .find(|line| line.starts_with("| `Lost {"))
+            .expect("docs/sidecar.md has a row for Lost");
+        let in_docs: std::collections::BTreeSet<String> = row
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|quoted| !quoted.contains(' '))
+            .map(str::to_owned)
+            .collect();
+        let sent: std::collections::BTreeSet<String> =
+            sent.iter().map(|r| (*r).to_owned()).collect();
+        assert_eq!(in_proto, sent, "the proto's comment on Lost.reason");
+        assert_eq!(in_docs, sent, "docs/sidecar.md's row for Lost");
+        // Labels are unique, and each reason reads as its label's words.
+        assert_eq!(sent.len(), LossReason::ALL.len() + 1);
+        for reason in LossReason::ALL {
+            assert_eq!(reason.to_string().replace(' ', "_"), reason.label());
+        }
     }
 
     #[test]
