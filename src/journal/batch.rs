@@ -298,13 +298,14 @@ mod tests {
 
     const EPOCH: Epoch = Epoch(40);
 
-    /// Member `i`'s append: session `i`, first record `r/{i}`, nonce `i`, 3 compares, 2 puts.
+    /// Member `i`'s append: session `i`, first record `r/{i}`, nonce `i`, an append's compares,
+    /// 2 puts.
     fn append(i: u128) -> AppendTxn {
         AppendTxn::for_test(
             format!("ns/journals/{i}/r/1"),
             Uuid::from_u128(i),
             EPOCH,
-            3,
+            crate::journal::cas::APPEND_COMPARES,
             2,
             100,
         )

@@ -124,9 +124,28 @@ pub(crate) fn estimate_size(
         + gets.into_iter().map(|k| k + GET).sum::<usize>()
 }
 
-/// [`estimate_size`] of an append transaction: its three compares, its records and tip, and
-/// the two gets of its `else` branch. Keys are the lengths of a record key, the tip key and
-/// the owner key; `values` the encoded records' lengths.
+/// What an append compares, in the order its transaction does (see the module docs). The one
+/// list: [`AppendTxn::build`] makes each compare from it, [`append_size`] counts each key, and
+/// [`APPEND_COMPARES`] is its length; a new compare is a new entry here, and the matches on it
+/// say what else it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compared {
+    /// The tip's mod revision is the one the append was made on.
+    Tip,
+    /// The owner key is the ownership's (its guard: the key's create revision is the epoch).
+    Owner,
+    /// The first record's key is absent.
+    FirstRecord,
+}
+
+const COMPARED: [Compared; 3] = [Compared::Tip, Compared::Owner, Compared::FirstRecord];
+
+/// How many compares one append puts into a transaction.
+pub(crate) const APPEND_COMPARES: usize = COMPARED.len();
+
+/// [`estimate_size`] of an append transaction: its compares, its records and tip, and the two
+/// gets of its `else` branch. Keys are the lengths of a record key, the tip key and the owner
+/// key; `values` the encoded records' lengths.
 pub(crate) fn append_size(
     record_key: usize,
     tip_key: usize,
@@ -135,7 +154,11 @@ pub(crate) fn append_size(
     tip_value: usize,
 ) -> usize {
     estimate_size(
-        [tip_key, owner_key, record_key],
+        COMPARED.map(|compared| match compared {
+            Compared::Tip => tip_key,
+            Compared::Owner => owner_key,
+            Compared::FirstRecord => record_key,
+        }),
         values
             .into_iter()
             .map(|value| (record_key, value))
@@ -224,22 +247,23 @@ impl AppendTxn {
             .map(|(value, seq)| TxnOp::put(namespace.record_key(session, seq), value, None))
             .collect();
         puts.push(TxnOp::put(tip_key.as_str(), tip_value, None));
-        let compares: Vec<Compare> = [
-            Some(Compare::mod_revision(
-                tip_key.as_str(),
-                CompareOp::Equal,
-                expected_tip_mod_revision,
-            )),
-            guard,
-            Some(Compare::create_revision(
-                first_key.as_str(),
-                CompareOp::Equal,
-                0,
-            )),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut guard = guard;
+        let compares: Vec<Compare> = COMPARED
+            .into_iter()
+            .filter_map(|compared| match compared {
+                Compared::Tip => Some(Compare::mod_revision(
+                    tip_key.as_str(),
+                    CompareOp::Equal,
+                    expected_tip_mod_revision,
+                )),
+                Compared::Owner => guard.take(),
+                Compared::FirstRecord => Some(Compare::create_revision(
+                    first_key.as_str(),
+                    CompareOp::Equal,
+                    0,
+                )),
+            })
+            .collect();
         Self {
             compares,
             puts,

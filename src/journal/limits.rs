@@ -25,8 +25,9 @@ pub struct JournalLimits {
     pub max_keys: usize,
 }
 
-/// The smallest `--max-txn-ops` an append fits in: its three compares.
-pub const MIN_TXN_OPS: usize = 3;
+/// The smallest `--max-txn-ops` an append fits in: its compares (three: the tip, the owner
+/// key, the first record's absence).
+pub const MIN_TXN_OPS: usize = super::cas::APPEND_COMPARES;
 
 /// The largest `in_flight` a store takes: as many transactions as a semaphore counts
 /// (`usize::MAX >> 3`).

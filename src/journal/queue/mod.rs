@@ -40,7 +40,7 @@ use uuid::Uuid;
 mod call;
 mod writer;
 
-use super::cas::{AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent};
+use super::cas::{APPEND_COMPARES, AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent};
 use super::keyed::Ticket;
 use super::record::{Tip, encode_tip};
 use super::{Appended, JournalLimits, JournalWriteError};
@@ -52,9 +52,6 @@ pub(crate) use call::Answer;
 use call::{Call, Records};
 use writer::Joined;
 pub(crate) use writer::Writer;
-
-/// The compares of one append: the tip, the owner key, the first record.
-const APPEND_COMPARES: usize = 3;
 
 /// A transaction's `else` branch gets two keys per member and its resolving read three: no
 /// more than the member's compares, so a transaction whose compares fit etcd's operations
