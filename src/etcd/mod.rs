@@ -16,6 +16,7 @@
 mod connect;
 pub(crate) mod connection;
 pub(crate) mod error;
+mod member;
 mod options;
 mod range;
 mod scrape;
