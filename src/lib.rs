@@ -157,6 +157,16 @@ pub use uuid::Uuid;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's code blocks (docs/guide/), compiled as doctests where they are Rust.
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../docs/guide/guarantees.md")]
+#[doc = include_str!("../docs/guide/tool.md")]
+#[doc = include_str!("../docs/guide/any-language.md")]
+#[doc = include_str!("../docs/guide/routing.md")]
+#[doc = include_str!("../docs/guide/testing.md")]
+#[doc = include_str!("../docs/guide/operating.md")]
+pub struct GuideDoctests;
+
 /// docs/production.md's code blocks, compiled as doctests where they are Rust.
 #[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../docs/production.md")]

@@ -1,17 +1,49 @@
 //! The documentation holds to its sources, without etcd:
 //!
-//! - every ratio README.md and docs/production.md state (a number, or a range of two, with `×`
-//!   right after its digits) is quoted from BENCHMARKS.md, or its paragraph names the test
-//!   that measures it (the rule is written at the top of BENCHMARKS.md);
-//! - every `--flag` README's command section names is defined by some command of the
-//!   `leasehold` tool (its `--help`), every `LEASEHOLD_*` variable it names is one the tool's
+//! - every ratio README.md, the guide (docs/guide/) and docs/production.md state (a number,
+//!   or a range of two, with `×` right after its digits) is quoted from BENCHMARKS.md, or its
+//!   paragraph names the test that measures it (the rule is written at the top of
+//!   BENCHMARKS.md);
+//! - every `--flag` the guide's chapter on the tool (docs/guide/tool.md) names is defined by
+//!   some command of the `leasehold` tool (its `--help`), every `LEASEHOLD_*` variable it names is one the tool's
 //!   help lists, and every variable the help lists is named there; the commands it shows
 //!   (`leasehold journal trim`, ...) exist.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
-const README: &str = include_str!("../../README.md");
+/// README.md and the guide's chapters: every text whose ratios are checked, besides
+/// docs/production.md.
+const DOCS: [(&str, &str); 8] = [
+    ("README.md", include_str!("../../README.md")),
+    (
+        "docs/guide/guarantees.md",
+        include_str!("../../docs/guide/guarantees.md"),
+    ),
+    ("docs/guide/tool.md", TOOL),
+    (
+        "docs/guide/any-language.md",
+        include_str!("../../docs/guide/any-language.md"),
+    ),
+    (
+        "docs/guide/routing.md",
+        include_str!("../../docs/guide/routing.md"),
+    ),
+    (
+        "docs/guide/testing.md",
+        include_str!("../../docs/guide/testing.md"),
+    ),
+    (
+        "docs/guide/operating.md",
+        include_str!("../../docs/guide/operating.md"),
+    ),
+    (
+        "docs/guide/layout.md",
+        include_str!("../../docs/guide/layout.md"),
+    ),
+];
+/// The guide's chapter on the tool.
+const TOOL: &str = include_str!("../../docs/guide/tool.md");
 const PRODUCTION: &str = include_str!("../../docs/production.md");
 const BENCHMARKS: &str = include_str!("../../BENCHMARKS.md");
 
@@ -177,7 +209,7 @@ fn every_ratio_in_readme_and_production_is_quoted_from_benchmarks_or_names_its_t
     assert!(rows.len() >= 9, "BENCHMARKS.md's table: {rows:?}");
     let mut unquoted = Vec::new();
     let mut checked = 0;
-    for (file, text) in [("README.md", README), ("docs/production.md", PRODUCTION)] {
+    for (file, text) in DOCS.into_iter().chain([("docs/production.md", PRODUCTION)]) {
         for unit in units(text) {
             for ratio in ratios(&unit) {
                 checked += 1;
@@ -191,10 +223,10 @@ fn every_ratio_in_readme_and_production_is_quoted_from_benchmarks_or_names_its_t
             }
         }
     }
-    // The scanner finds the README's table and prose figures; if it finds none, it is broken.
+    // The scanner finds the docs' tables and prose figures; if it finds none, it is broken.
     assert!(checked >= 12, "only {checked} ratios found");
     // A table with a `ratio` column writes each ratio with its `×`, so that the rule sees it.
-    for (file, text) in [("README.md", README), ("docs/production.md", PRODUCTION)] {
+    for (file, text) in DOCS.into_iter().chain([("docs/production.md", PRODUCTION)]) {
         let mut column = None;
         for line in text.lines() {
             let Some(row) = line.trim().strip_prefix('|') else {
@@ -338,14 +370,13 @@ fn variables(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// README's section on the tool: from `## The \`leasehold\` command` to the next `## `.
+/// The guide's chapter on the tool.
 fn command_section() -> &'static str {
-    let start = README
-        .find("\n## The `leasehold` command")
-        .expect("README.md has a section `## The `leasehold` command`");
-    let rest = &README[start + 1..];
-    let end = rest[3..].find("\n## ").map_or(rest.len(), |end| end + 3);
-    &rest[..end]
+    assert!(
+        TOOL.starts_with("# The `leasehold` command"),
+        "docs/guide/tool.md's title"
+    );
+    TOOL
 }
 
 /// The commands the section shows: `leasehold WORD` in backticks or at the start of a line of
@@ -399,19 +430,19 @@ fn readme_names_only_flags_commands_and_variables_the_tool_has() {
     for flag in mentioned_flags(section) {
         if !defined.contains(&flag) {
             wrong.push(format!(
-                "README.md names {flag}, which no `leasehold … --help` defines"
+                "docs/guide/tool.md names {flag}, which no `leasehold … --help` defines"
             ));
         }
     }
     let named = variables(section);
     for variable in named.difference(&listed) {
         wrong.push(format!(
-            "README.md names {variable}, which no `leasehold … --help` lists"
+            "docs/guide/tool.md names {variable}, which no `leasehold … --help` lists"
         ));
     }
     for variable in listed.difference(&named) {
         wrong.push(format!(
-            "`leasehold --help` lists {variable}, which README.md's command section does not name"
+            "`leasehold --help` lists {variable}, which docs/guide/tool.md does not name"
         ));
     }
     let shown = shown_commands(section);
@@ -419,7 +450,7 @@ fn readme_names_only_flags_commands_and_variables_the_tool_has() {
     for command in shown {
         if !commands.contains(&command) {
             wrong.push(format!(
-                "README.md shows `leasehold {}`, which is not a command",
+                "docs/guide/tool.md shows `leasehold {}`, which is not a command",
                 command.join(" ")
             ));
         }

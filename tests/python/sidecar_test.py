@@ -12,7 +12,7 @@ proto/leasehold/v1/leasehold.proto, then:
 5. an append retried with the same request_id lands once;
 6. health answers SERVING, and a call built through server reflection alone (no proto file)
    validates the owner;
-7. examples/python/client.py runs as the README shows it.
+7. examples/python/client.py runs as the guide (docs/guide/any-language.md) shows it.
 
 Exits 0 when every check holds; prints what it saw.
 """
@@ -255,7 +255,7 @@ def main(address):
     assert released.WhichOneof("event") == "released", released
     requests.put(None)
 
-    # --- 7. the README's example client runs as it is
+    # --- 7. the guide's example client runs as it is
     example = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "python", "client.py"), address, str(uuid.uuid4())],
         env={**os.environ, "PYTHONPATH": STUBS},
