@@ -8,18 +8,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::fleet::{Fleet, TTL, idle};
 use leasehold::admin::{Admin, MoveError};
 use leasehold::testing::wait_for;
-use leasehold::{
-    AcquireError, CancellationToken, HostEvent, HostOptions, Rig, SessionHost, Store, Uuid,
-};
+use leasehold::{AcquireError, HostEvent, HostOptions, SessionHost, Uuid};
 
-const TTL: u64 = 3;
 const SESSIONS: usize = 30;
-
-async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
-    stop.cancelled().await;
-}
 
 /// The creations (with the store their value names) and deletes of `session`'s owner key in
 /// etcd's history from revision `from` to `to`.
@@ -45,48 +39,6 @@ async fn owner_history(
         }
     }
     (created, deleted)
-}
-
-struct Fleet {
-    stores: Vec<Arc<Store>>,
-    hosts: Vec<SessionHost>,
-}
-
-impl Fleet {
-    async fn start(etcd: &common::Etcd, sessions: &[Uuid]) -> Self {
-        let mut stores = Vec::new();
-        let mut hosts = Vec::new();
-        for i in 0..3 {
-            let store = Arc::new(etcd.store(&format!("h{i}"), TTL).await);
-            hosts.push(SessionHost::start(
-                store.clone(),
-                HostOptions::default().with_settle(Duration::ZERO),
-                sessions.to_vec(),
-                idle,
-            ));
-            stores.push(store);
-        }
-        let fleet = Self { stores, hosts };
-        fleet.balanced().await;
-        fleet
-    }
-
-    fn held(&self) -> Vec<usize> {
-        self.hosts.iter().map(SessionHost::held_count).collect()
-    }
-
-    async fn balanced(&self) {
-        let even = SESSIONS / 3;
-        wait_for("10 sessions each", Duration::from_secs(30), || async {
-            (self.held() == [even; 3]).then_some(())
-        })
-        .await
-        .unwrap();
-    }
-
-    fn holds(&self, host: usize, session: Uuid) -> bool {
-        self.hosts[host].rig(session).is_some()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,57 +5,13 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::fleet::Fleet;
+use leasehold::Uuid;
 use leasehold::testing::wait_for;
-use leasehold::{CancellationToken, HostOptions, Rig, SessionHost, Uuid};
 
-const TTL: u64 = 3;
 const SESSIONS: usize = 30;
-
-async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
-    stop.cancelled().await;
-}
-
-struct Fleet {
-    hosts: Vec<SessionHost>,
-}
-
-impl Fleet {
-    async fn start(etcd: &common::Etcd, sessions: &[Uuid]) -> Self {
-        let mut hosts = Vec::new();
-        for i in 0..3 {
-            let store = Arc::new(etcd.store(&format!("h{i}"), TTL).await);
-            hosts.push(SessionHost::start(
-                store,
-                HostOptions::default().with_settle(Duration::ZERO),
-                sessions.to_vec(),
-                idle,
-            ));
-        }
-        let fleet = Self { hosts };
-        fleet.balanced().await;
-        fleet
-    }
-
-    fn held(&self) -> Vec<usize> {
-        self.hosts.iter().map(SessionHost::held_count).collect()
-    }
-
-    async fn balanced(&self) {
-        let even = SESSIONS / 3;
-        wait_for("10 sessions each", Duration::from_secs(30), || async {
-            (self.held() == [even; 3]).then_some(())
-        })
-        .await
-        .unwrap();
-    }
-
-    fn holds(&self, host: usize, session: Uuid) -> bool {
-        self.hosts[host].rig(session).is_some()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn leasehold_move_moves_a_session_to_a_named_node_and_refuses_in_one_line() {

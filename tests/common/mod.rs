@@ -407,6 +407,7 @@ pub(crate) async fn terminate(
         .expect("its status")
 }
 
+pub(crate) mod fleet;
 pub(crate) mod nospace;
 pub(crate) mod prometheus;
 pub(crate) mod resets;
