@@ -129,7 +129,7 @@ pub(crate) fn estimate_size(
 /// [`APPEND_COMPARES`] is its length; a new compare is a new entry here, and the matches on it
 /// say what else it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Compared {
+pub(crate) enum Compared {
     /// The tip's mod revision is the one the append was made on.
     Tip,
     /// The owner key is the ownership's (its guard: the key's create revision is the epoch).
@@ -138,7 +138,7 @@ enum Compared {
     FirstRecord,
 }
 
-const COMPARED: [Compared; 3] = [Compared::Tip, Compared::Owner, Compared::FirstRecord];
+pub(crate) const COMPARED: [Compared; 3] = [Compared::Tip, Compared::Owner, Compared::FirstRecord];
 
 /// How many compares one append puts into a transaction.
 pub(crate) const APPEND_COMPARES: usize = COMPARED.len();
@@ -218,13 +218,12 @@ impl Seen {
 
 impl AppendTxn {
     /// Records `values` from `first_seq` on, and `tip_value`, all written with `nonce`, with
-    /// `guard` as the owner compare (the ownership's guard; a test-only mutant may change or
-    /// drop it).
+    /// `guard` as the owner compare (the ownership's guard; a test-only mutant may give another).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn build(
         namespace: &Namespace,
         ownership: &Ownership,
-        guard: Option<Compare>,
+        guard: Compare,
         first_seq: u64,
         nonce: Uuid,
         values: Vec<Vec<u8>>,
@@ -247,7 +246,7 @@ impl AppendTxn {
             .map(|(value, seq)| TxnOp::put(namespace.record_key(session, seq), value, None))
             .collect();
         puts.push(TxnOp::put(tip_key.as_str(), tip_value, None));
-        let mut guard = guard;
+        let mut guard = Some(guard);
         let compares: Vec<Compare> = COMPARED
             .into_iter()
             .filter_map(|compared| match compared {

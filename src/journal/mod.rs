@@ -136,10 +136,10 @@ mod find;
 mod key;
 mod keyed;
 mod limits;
-#[cfg(feature = "testing")]
-pub(crate) mod mutant;
 mod queue;
 mod record;
+#[cfg(feature = "testing")]
+pub(crate) use queue::mutant;
 mod replay;
 mod retention;
 

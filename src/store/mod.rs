@@ -257,8 +257,12 @@ impl Store {
             stop: shutdown.clone(),
             tasks: tasks.clone(),
             span: span.clone(),
+            // The seam of the test-only protocol mutants: the protocol as written, unless a
+            // test turned a broken variant on.
             #[cfg(feature = "testing")]
             hook: options.mutant.hook(),
+            #[cfg(not(feature = "testing"))]
+            hook: None,
         });
         let shared_writes = SharedWrites::new(SharedParts {
             connection: connection.clone(),

@@ -38,6 +38,8 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 mod call;
+#[cfg(feature = "testing")]
+pub(crate) mod mutant;
 mod writer;
 
 use super::cas::{APPEND_COMPARES, AppendTxn, ELSE_GETS, RESOLVE_GETS, Sent};
@@ -65,9 +67,6 @@ pub(crate) struct Member {
     calls: Vec<Call>,
     records: usize,
     first_seq: u64,
-    /// The tip's mod_revision its append compares (for the mutants, which make it anew).
-    #[cfg(feature = "testing")]
-    tip_mod_revision: i64,
     pub(super) append: AppendTxn,
     /// Whether its journal has learnt what it came to (see [`Drop`]).
     settled: bool,
@@ -76,15 +75,13 @@ pub(crate) struct Member {
 impl Member {
     fn new(writer: Arc<Writer>, calls: Vec<Call>, first_seq: u64, tip_mod_revision: i64) -> Self {
         let records = calls.iter().map(|call| call.records.len()).sum();
-        let guard = Some(writer.ownership.guard());
+        let guard = writer.ownership.guard();
         let append = build(&writer, &calls, first_seq, tip_mod_revision, guard);
         Self {
             writer,
             calls,
             records,
             first_seq,
-            #[cfg(feature = "testing")]
-            tip_mod_revision,
             append,
             settled: false,
         }
@@ -99,33 +96,6 @@ impl Member {
         self.calls
             .first()
             .is_some_and(|call| call.records.is_fence())
-    }
-
-    /// Its journal's namespace.
-    #[cfg(feature = "testing")]
-    pub(super) fn namespace(&self) -> &crate::keys::Namespace {
-        &self.writer.namespace
-    }
-
-    /// Makes its append anew, under a new nonce: from `first_seq`, after the tip at
-    /// `tip_mod_revision`, with `guard` as the owner compare (`None`: none). Only the test-only
-    /// mutants do this.
-    #[cfg(feature = "testing")]
-    pub(super) fn remake(&mut self, first_seq: u64, tip_mod_revision: i64, guard: Option<Compare>) {
-        self.append = build(
-            &self.writer,
-            &self.calls,
-            first_seq,
-            tip_mod_revision,
-            guard,
-        );
-        (self.first_seq, self.tip_mod_revision) = (first_seq, tip_mod_revision);
-    }
-
-    /// Where its append starts, and the tip's mod_revision it compares.
-    #[cfg(feature = "testing")]
-    pub(super) fn place(&self) -> (u64, i64) {
-        (self.first_seq, self.tip_mod_revision)
     }
 }
 
@@ -144,7 +114,7 @@ fn build(
     calls: &[Call],
     first_seq: u64,
     tip_mod_revision: i64,
-    guard: Option<Compare>,
+    guard: Compare,
 ) -> AppendTxn {
     let (ownership, epoch) = (&writer.ownership, writer.ownership.epoch());
     let nonce = Uuid::new_v4();
@@ -187,14 +157,13 @@ pub(crate) struct BatcherParts {
     pub(crate) tasks: TaskTracker,
     /// The store's span, parent of each transaction's.
     pub(crate) span: tracing::Span,
-    /// The protocol as written, unless a test turned a broken variant on.
-    #[cfg(feature = "testing")]
+    /// What sends its transactions in place of the protocol: `None`, the protocol as written
+    /// (only the test-only protocol mutants set one).
     pub(crate) hook: Option<Box<dyn Hook>>,
 }
 
-/// What sends a transaction in place of the protocol: the test-only protocol mutants
-/// (feature `testing`), one hook.
-#[cfg(feature = "testing")]
+/// What sends a transaction in place of the protocol: the seam where the test-only protocol
+/// mutants ([`mutant`], feature `testing`) come in, once per store, when it is built.
 pub(crate) trait Hook: Send + Sync {
     /// Sends the appends of `members` and says what each came to, in order.
     fn send<'a>(
@@ -216,7 +185,6 @@ pub(crate) struct Batcher {
     pub(super) stop: CancellationToken,
     tasks: TaskTracker,
     span: tracing::Span,
-    #[cfg(feature = "testing")]
     hook: Option<Box<dyn Hook>>,
 }
 
@@ -240,7 +208,6 @@ impl Batcher {
             stop: parts.stop,
             tasks: parts.tasks,
             span: parts.span,
-            #[cfg(feature = "testing")]
             hook: parts.hook,
         })
     }
@@ -448,11 +415,10 @@ impl Batcher {
     /// What the transaction of `members` came to, member by member: as the protocol says, or
     /// as a test-only mutant breaks it.
     async fn sent(&self, members: &mut [Member]) -> Vec<Sent> {
-        #[cfg(feature = "testing")]
-        if let Some(hook) = &self.hook {
-            return hook.send(self, members).await;
+        match &self.hook {
+            None => self.commit(members).await,
+            Some(hook) => hook.send(self, members).await,
         }
-        self.commit(members).await
     }
 
     /// Records what `member`'s append came to in its journal and answers each of its calls

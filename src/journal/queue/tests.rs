@@ -24,7 +24,6 @@ async fn batcher(limits: JournalLimits) -> Arc<Batcher> {
         stop: CancellationToken::new(),
         tasks: TaskTracker::new(),
         span: tracing::Span::none(),
-        #[cfg(feature = "testing")]
         hook: None,
     })
 }

@@ -24,18 +24,18 @@ pub enum Mutant {
 
 use etcd_client::{Compare, CompareOp};
 
-use super::cas::Sent;
-use super::fence::owner_and_tip;
-use super::queue::{Batcher, Hook, Member};
-use super::record::decode_tip;
+use super::super::cas::{COMPARED, Compared, Sent};
+use super::super::fence::owner_and_tip;
+use super::super::record::decode_tip;
+use super::{Batcher, Hook, Member, build};
 use crate::etcd::write;
 
 /// Where a mutant sends its append again: after the tip as it is now, with the owner compare
-/// it takes (`None`: none).
+/// it takes.
 struct Again {
     first_seq: u64,
     tip_mod_revision: i64,
-    guard: Option<Compare>,
+    guard: Compare,
 }
 
 impl Mutant {
@@ -57,8 +57,7 @@ impl Mutant {
 
     async fn send_one(self, batcher: &Batcher, member: &mut Member) -> Sent {
         if self == Mutant::SkipOwnerCompare {
-            let (first_seq, tip_mod_revision) = member.place();
-            member.remake(first_seq, tip_mod_revision, None);
+            skip_owner_compare(member);
         }
         loop {
             let sent = match self {
@@ -66,7 +65,7 @@ impl Mutant {
                 _ => batcher.alone(member).await,
             };
             match self.again(batcher, member, &sent).await {
-                Some(again) => member.remake(again.first_seq, again.tip_mod_revision, again.guard),
+                Some(again) => remake(member, again),
                 None => return sent,
             }
         }
@@ -83,7 +82,7 @@ impl Mutant {
         let ownership = member.ownership();
         let read = owner_and_tip(
             &batcher.connection,
-            member.namespace(),
+            &member.writer.namespace,
             ownership,
             "mutant re-read",
         );
@@ -92,12 +91,12 @@ impl Mutant {
         let seq = decode_tip(tip.key(), tip.value()).ok()?.seq;
         let guard = match self {
             // The owner key as it is now, whoever holds it.
-            Mutant::RecoverInPlace => Some(Compare::create_revision(
+            Mutant::RecoverInPlace => Compare::create_revision(
                 ownership.owner_key(),
                 CompareOp::Equal,
                 owner.create_revision(),
-            )),
-            _ => Some(ownership.guard()),
+            ),
+            _ => ownership.guard(),
         };
         Some(Again {
             first_seq: seq.checked_add(1)?,
@@ -115,6 +114,28 @@ impl Hook for Mutant {
     ) -> futures_util::future::BoxFuture<'a, Vec<Sent>> {
         Box::pin(self.send_all(batcher, members))
     }
+}
+
+/// Leaves the owner key's compare out of `member`'s append.
+fn skip_owner_compare(member: &mut Member) {
+    let owner = COMPARED.iter().position(|c| *c == Compared::Owner);
+    member
+        .append
+        .compares
+        .remove(owner.expect("an append compares the owner key"));
+    // (The append's else branch and resolving read name keys, not compares: they stand.)
+}
+
+/// Makes `member`'s append anew, under a new nonce, as `again` says.
+fn remake(member: &mut Member, again: Again) {
+    member.append = build(
+        &member.writer,
+        &member.calls,
+        again.first_seq,
+        again.tip_mod_revision,
+        again.guard,
+    );
+    member.first_seq = again.first_seq;
 }
 
 /// Sends `member`'s append once, and never settles an unknown outcome by reading.
