@@ -195,140 +195,19 @@ impl Admin {
         target: Uuid,
         wait: Duration,
     ) -> Result<Moved, MoveError> {
-        let owner_key = self.namespace.owner_key(session);
-        let host_key = self.namespace.host_key(target);
-        let drain_key = self.namespace.drain_key(target);
-        let move_key = self.namespace.move_key(session);
-
-        // --- read: the owner, the target's host key and drain key, a move under way
-        let keys = [&owner_key, &host_key, &drain_key, &move_key];
-        let read = Txn::new().and_then(keys.map(|key| TxnOp::get(key.as_str(), None)));
-        let read = self
-            .connection
-            .read("move", |mut client: etcd_client::KvClient, _| {
-                let read = read.clone();
-                async move { client.txn(read).await }
-            })
-            .await?;
-        let [owner, host, drain, moving] = read_four(&read);
-        let owner = owner.ok_or(MoveError::NotOwned { session })?;
-        let from_epoch = Epoch::from_revision(owner.create_revision());
-        let from = OwnerValue::decode(owner.value()).map(|value| value.store);
-        if from == Some(target) {
-            return Ok(Moved {
-                session,
-                from,
-                from_epoch,
-                to: target,
-                epoch: from_epoch,
-                already: true,
-            });
-        }
-        let host = host.ok_or(MoveError::NotLive { store: target })?;
-        let quota = HostValue::decode(host.value());
-        if drain.is_some() || quota.max == Some(0) || quota.weight == 0 {
-            return Err(MoveError::TakesNone { store: target });
-        }
-        if let Some(moving) = moving {
-            let target = MoveValue::decode(moving.value()).map_or(Uuid::nil(), |m| m.target);
-            return Err(MoveError::UnderWay { session, target });
-        }
-
-        // --- ask: the move key, on the target's node lease, while all of that still holds
-        let asked = MoveValue {
-            target,
-            nonce: Uuid::now_v7(),
-            ready: false,
-        }
-        .encode();
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(
-                    owner_key.as_str(),
-                    CompareOp::Equal,
-                    owner.create_revision(),
-                ),
-                Compare::lease(host_key.as_str(), CompareOp::Equal, host.lease()),
-                Compare::mod_revision(host_key.as_str(), CompareOp::Equal, host.mod_revision()),
-                Compare::create_revision(drain_key.as_str(), CompareOp::Equal, 0),
-                Compare::create_revision(move_key.as_str(), CompareOp::Equal, 0),
-            ])
-            .and_then([TxnOp::put(
-                move_key.as_str(),
-                asked.as_str(),
-                Some(PutOptions::new().with_lease(host.lease())),
-            )])
-            .or_else([TxnOp::get(move_key.as_str(), None)]);
-        let reply = self.send_idempotent("move", &txn).await?;
-        let created = if reply.succeeded() {
-            reply.header().map_or(0, |header| header.revision())
-        } else {
-            // A re-send of ours whose first send committed finds our own key.
-            match gets(&reply).next().flatten() {
-                Some(kv) if kv.value() == asked.as_bytes() => kv.create_revision(),
-                _ => return Err(MoveError::Changed { session }),
-            }
+        let keys = MoveKeys::new(self, session, target);
+        let plan = match self.plan_move(&keys).await? {
+            Planned::Move(plan) => plan,
+            Planned::Done(moved) => return Ok(moved),
         };
+        let created = self.ask_move(&keys, &plan).await?;
         tracing::info!(%session, %target, "move asked for");
-
-        // --- wait: the target owns it, or the key went without that, or the wait ran out
-        let until = Instant::now().checked_add(wait);
-        let poll = Txn::new().and_then([
-            TxnOp::get(owner_key.as_str(), None),
-            TxnOp::get(move_key.as_str(), None),
-        ]);
-        let mut ready = false;
-        loop {
-            let read = self
-                .connection
-                .read("move", |mut client: etcd_client::KvClient, _| {
-                    let poll = poll.clone();
-                    async move { client.txn(poll).await }
-                })
-                .await;
-            if let Ok(read) = read {
-                let mut got = gets(&read);
-                let (owner, moving) = (got.next().flatten(), got.next().flatten());
-                if let Some(owner) = &owner
-                    && OwnerValue::decode(owner.value()).is_some_and(|v| v.store == target)
-                {
-                    return Ok(Moved {
-                        session,
-                        from,
-                        from_epoch,
-                        to: target,
-                        epoch: Epoch::from_revision(owner.create_revision()),
-                        already: false,
-                    });
-                }
-                match moving.filter(|kv| kv.create_revision() == created) {
-                    Some(kv) => ready |= MoveValue::decode(kv.value()).is_some_and(|m| m.ready),
-                    None => return Err(MoveError::Refused { session, target }),
-                }
-            }
-            if until.is_some_and(|until| Instant::now() >= until) {
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-        // Withdrawn: the session is free for anyone again. A delete whose outcome stays unknown
-        // is left to the target, which withdraws its moves after `MOVE_WITHDRAWN_AFTER`.
-        let withdraw = Delete::created_at(move_key.as_str(), created).txn();
-        if let Err(error) = self.send_idempotent("withdraw move", &withdraw).await {
-            tracing::warn!(%session, %error, "the move's withdrawal is left to its target");
-        }
-        // The target may have taken it between the last read and the withdrawal.
-        if let Some(owner) = self.owner(session).await?
-            && owner.store == Some(target)
-        {
-            return Ok(Moved {
-                session,
-                from,
-                from_epoch,
-                to: target,
-                epoch: owner.epoch,
-                already: false,
-            });
+        let ready = match self.await_move(&keys, created, wait).await? {
+            Awaited::Owned(epoch) => return Ok(plan.moved(epoch)),
+            Awaited::TimedOut { ready } => ready,
+        };
+        if let Some(epoch) = self.withdraw_move(&keys, created).await? {
+            return Ok(plan.moved(epoch));
         }
         Err(MoveError::TimedOut {
             session,
@@ -352,10 +231,229 @@ impl Admin {
         let target = self.host_named(node).await?;
         self.move_session(session, target.store, wait).await
     }
+
+    /// Step 1's read and checks: the owner, the target's host key and drain key, a move under
+    /// way.
+    async fn plan_move(&self, keys: &MoveKeys) -> Result<Planned, MoveError> {
+        let (session, target) = (keys.session, keys.target);
+        let all = [&keys.owner, &keys.host, &keys.drain, &keys.moving];
+        let read = Txn::new().and_then(all.map(|key| TxnOp::get(key.as_str(), None)));
+        let read = self
+            .connection
+            .read("move", |mut client: etcd_client::KvClient, _| {
+                let read = read.clone();
+                async move { client.txn(read).await }
+            })
+            .await?;
+        let [owner, host, drain, moving] = read_four(&read);
+        let owner = owner.ok_or(MoveError::NotOwned { session })?;
+        let from = OwnerValue::decode(owner.value()).map(|value| value.store);
+        let from_epoch = Epoch::from_revision(owner.create_revision());
+        if from == Some(target) {
+            return Ok(Planned::Done(Moved {
+                session,
+                from,
+                from_epoch,
+                to: target,
+                epoch: from_epoch,
+                already: true,
+            }));
+        }
+        let host = host.ok_or(MoveError::NotLive { store: target })?;
+        let quota = HostValue::decode(host.value());
+        if drain.is_some() || quota.max == Some(0) || quota.weight == 0 {
+            return Err(MoveError::TakesNone { store: target });
+        }
+        if let Some(moving) = moving {
+            let target = MoveValue::decode(moving.value()).map_or(Uuid::nil(), |m| m.target);
+            return Err(MoveError::UnderWay { session, target });
+        }
+        Ok(Planned::Move(Plan {
+            session,
+            target,
+            from,
+            from_epoch,
+            owner,
+            host,
+        }))
+    }
+
+    /// Step 1's write: the move key, on the target's node lease, while all that `plan` read
+    /// still holds. Its create revision.
+    async fn ask_move(&self, keys: &MoveKeys, plan: &Plan) -> Result<i64, MoveError> {
+        let host = &plan.host;
+        let asked = MoveValue {
+            target: keys.target,
+            nonce: Uuid::now_v7(),
+            ready: false,
+        }
+        .encode();
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(
+                    keys.owner.as_str(),
+                    CompareOp::Equal,
+                    plan.owner.create_revision(),
+                ),
+                Compare::lease(keys.host.as_str(), CompareOp::Equal, host.lease()),
+                Compare::mod_revision(keys.host.as_str(), CompareOp::Equal, host.mod_revision()),
+                Compare::create_revision(keys.drain.as_str(), CompareOp::Equal, 0),
+                Compare::create_revision(keys.moving.as_str(), CompareOp::Equal, 0),
+            ])
+            .and_then([TxnOp::put(
+                keys.moving.as_str(),
+                asked.as_str(),
+                Some(PutOptions::new().with_lease(host.lease())),
+            )])
+            .or_else([TxnOp::get(keys.moving.as_str(), None)]);
+        let reply = self.send_idempotent("move", &txn).await?;
+        if reply.succeeded() {
+            return Ok(reply.header().map_or(0, |header| header.revision()));
+        }
+        // A re-send of ours whose first send committed finds our own key.
+        match gets(&reply).next().flatten() {
+            Some(kv) if kv.value() == asked.as_bytes() => Ok(kv.create_revision()),
+            _ => Err(MoveError::Changed {
+                session: keys.session,
+            }),
+        }
+    }
+
+    /// Waits until the target owns the session (its epoch there), the move key created at
+    /// `created` went without that (refused), or `wait` ran out.
+    async fn await_move(
+        &self,
+        keys: &MoveKeys,
+        created: i64,
+        wait: Duration,
+    ) -> Result<Awaited, MoveError> {
+        let until = Instant::now().checked_add(wait);
+        let poll = Txn::new().and_then([
+            TxnOp::get(keys.owner.as_str(), None),
+            TxnOp::get(keys.moving.as_str(), None),
+        ]);
+        let mut ready = false;
+        loop {
+            let read = self
+                .connection
+                .read("move", |mut client: etcd_client::KvClient, _| {
+                    let poll = poll.clone();
+                    async move { client.txn(poll).await }
+                })
+                .await;
+            if let Ok(read) = read {
+                let mut got = gets(&read);
+                let (owner, moving) = (got.next().flatten(), got.next().flatten());
+                if let Some(owner) = &owner
+                    && OwnerValue::decode(owner.value()).is_some_and(|v| v.store == keys.target)
+                {
+                    return Ok(Awaited::Owned(Epoch::from_revision(
+                        owner.create_revision(),
+                    )));
+                }
+                match moving.filter(|kv| kv.create_revision() == created) {
+                    Some(kv) => ready |= MoveValue::decode(kv.value()).is_some_and(|m| m.ready),
+                    None => {
+                        return Err(MoveError::Refused {
+                            session: keys.session,
+                            target: keys.target,
+                        });
+                    }
+                }
+            }
+            if until.is_some_and(|until| Instant::now() >= until) {
+                return Ok(Awaited::TimedOut { ready });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Withdraws a move that timed out, so that the session is free for anyone again; the
+    /// session's epoch at the target if the target took it all the same, between the last
+    /// read and the withdrawal.
+    async fn withdraw_move(
+        &self,
+        keys: &MoveKeys,
+        created: i64,
+    ) -> Result<Option<Epoch>, MoveError> {
+        // A delete whose outcome stays unknown is left to the target, which withdraws its
+        // moves after `MOVE_WITHDRAWN_AFTER`.
+        let withdraw = Delete::created_at(keys.moving.as_str(), created).txn();
+        if let Err(error) = self.send_idempotent("withdraw move", &withdraw).await {
+            let session = keys.session;
+            tracing::warn!(%session, %error, "the move's withdrawal is left to its target");
+        }
+        let owner = self.owner(keys.session).await?;
+        Ok(owner
+            .filter(|owner| owner.store == Some(keys.target))
+            .map(|owner| owner.epoch))
+    }
 }
 
 /// The four gets of the move's read, in order.
 fn read_four(read: &etcd_client::TxnResponse) -> [Option<KeyValue>; 4] {
     let mut got = gets(read);
     std::array::from_fn(|_| got.next().flatten())
+}
+
+/// The keys a move reads and writes.
+struct MoveKeys {
+    session: Uuid,
+    target: Uuid,
+    owner: String,
+    host: String,
+    drain: String,
+    moving: String,
+}
+
+impl MoveKeys {
+    fn new(admin: &Admin, session: Uuid, target: Uuid) -> Self {
+        let namespace = &admin.namespace;
+        Self {
+            session,
+            target,
+            owner: namespace.owner_key(session),
+            host: namespace.host_key(target),
+            drain: namespace.drain_key(target),
+            moving: namespace.move_key(session),
+        }
+    }
+}
+
+/// What step 1's read found: a move to ask for, or one done already.
+enum Planned {
+    Move(Plan),
+    Done(Moved),
+}
+
+/// A move step 1's read allows: the owner key and the target's host key as read.
+struct Plan {
+    session: Uuid,
+    target: Uuid,
+    from: Option<Uuid>,
+    from_epoch: Epoch,
+    owner: KeyValue,
+    host: KeyValue,
+}
+
+impl Plan {
+    /// The move, done: the target holds the session at `epoch`.
+    fn moved(&self, epoch: Epoch) -> Moved {
+        Moved {
+            session: self.session,
+            from: self.from,
+            from_epoch: self.from_epoch,
+            to: self.target,
+            epoch,
+            already: false,
+        }
+    }
+}
+
+/// What waiting for the target came to.
+enum Awaited {
+    /// The target owns the session, at this epoch.
+    Owned(Epoch),
+    /// The wait ran out; whether the target had said it was ready.
+    TimedOut { ready: bool },
 }
