@@ -183,127 +183,262 @@ struct Hosts {
 /// its keys and ends. Registering and leaving are done here alone, one after the other, so the
 /// delete always comes after the last put.
 pub(super) async fn balance(inner: Arc<Inner>) {
-    let tick = (inner.store.ttl() / 3).min(Duration::from_secs(1));
-    let settle = inner
-        .options
-        .settle
-        .unwrap_or_else(|| inner.store.ttl().saturating_mul(2));
-    // While this host settles: when that ends, from the first put of its joining key a reply
-    // confirmed (`None` before).
-    let mut settling: Option<Option<Instant>> = (!settle.is_zero()).then_some(None);
-    let mut members = Members::default();
-    // The hosts counted at the last read, the value the last confirmed put of the host key
-    // wrote, and the value it should hold then.
-    let mut last: Option<(Vec<Listed>, Option<String>, String)> = None;
-    // The node lease, key and value of the last put a reply confirmed.
-    let mut registered: Option<(i64, String, String)> = None;
-    // The node lease and value of the last put sent to the host key, and to the joining key
-    // (until a put of the host key, which deletes it, is confirmed): the key, if it exists, is
-    // attached to it and holds that value (or an earlier one, if that put was never applied).
-    let mut written: Option<(Arc<NodeLease>, String)> = None;
-    let mut written_joining: Option<(Arc<NodeLease>, String)> = None;
-    // The same for the set key (see `sets.rs`), and the other hosts' sets reported differing.
-    let set_key = inner.store.namespace().set_key(inner.store.id());
-    let mut registered_set: Option<(i64, String)> = None;
-    let mut written_set: Option<(Arc<NodeLease>, String)> = None;
-    let mut sets_reported = HashMap::new();
+    let mut balance = Balance::new(inner);
     loop {
-        if let Some(Some(until)) = settling
-            && Instant::now() >= until
-        {
-            settling = None;
-            tracing::debug!(node = inner.store.node(), "session host settled");
+        let joining = balance.settling.tick(Instant::now(), &balance.inner);
+        let value = balance.register_host(joining).await;
+        balance.register_set().await;
+        if balance.inner.leaving.is_cancelled() {
+            break;
         }
-        let joining = settling.is_some();
+        balance.count(joining, value).await;
+        if balance.wait().await {
+            break;
+        }
+    }
+    let Balance { inner, keys, .. } = balance;
+    inner.leave(keys.host, keys.joining, keys.set).await;
+    inner.left.cancel();
+}
+
+/// The balance's state between ticks.
+struct Balance {
+    inner: Arc<Inner>,
+    /// How often it ticks.
+    tick: Duration,
+    settling: Settling,
+    members: Members,
+    /// What the last put of each key a reply confirmed wrote.
+    confirmed: Confirmed,
+    /// What was last sent to each key: see [`Sent`].
+    keys: SentKeys,
+    /// This host's set key (see `sets.rs`), and the other hosts' sets reported differing.
+    set_key: String,
+    sets_reported: HashMap<uuid::Uuid, u64>,
+    /// The hosts counted at the last read, and this host's value then: the shares again from
+    /// these when the wanted sessions change between reads.
+    last: Option<Counted>,
+}
+
+/// Whether a new host still settles under its joining key, taking nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settling {
+    /// Its joining key not yet confirmed: the settle starts when it is.
+    Unconfirmed { settle: Duration },
+    /// Settling until then.
+    Until(Instant),
+    /// Settled (or told not to settle).
+    Done,
+}
+
+impl Settling {
+    fn new(settle: Duration) -> Self {
+        if settle.is_zero() {
+            Settling::Done
+        } else {
+            Settling::Unconfirmed { settle }
+        }
+    }
+
+    /// At `now`: whether the host still settles (it ends when its time is up).
+    fn tick(&mut self, now: Instant, inner: &Inner) -> bool {
+        if let Settling::Until(until) = *self
+            && now >= until
+        {
+            *self = Settling::Done;
+            tracing::info!(
+                node = inner.store.node(),
+                "session host settled: taking sessions"
+            );
+        }
+        *self != Settling::Done
+    }
+
+    /// A put of the joining key was confirmed at `now`: the settle starts, if it has not.
+    fn confirmed(&mut self, now: Instant, inner: &Inner) {
+        if let Settling::Unconfirmed { settle } = *self {
+            *self = Settling::Until(deadline(now, settle));
+            tracing::info!(
+                node = inner.store.node(),
+                settle = ?settle,
+                "session host settling: it takes no session until the hosts it sees are stable"
+            );
+        }
+    }
+
+    /// When the balance must wake to end the settle, if it settles.
+    fn until(self) -> Option<Instant> {
+        match self {
+            Settling::Until(until) => Some(until),
+            _ => None,
+        }
+    }
+}
+
+/// The last put of the host key (or joining key) and of the set key a reply confirmed.
+#[derive(Default)]
+struct Confirmed {
+    /// The node lease, key and value.
+    host: Option<(i64, String, String)>,
+    /// The node lease and value.
+    set: Option<(i64, String)>,
+}
+
+/// The node lease and value of the last put sent to a key: the key, if it exists, is attached
+/// to it and holds that value (or an earlier one, if that put was never applied).
+type Sent = Option<(Arc<NodeLease>, String)>;
+
+/// What was last sent to each of this host's keys: see [`Sent`]. The joining key's is kept
+/// until a put of the host key, which deletes it, is confirmed.
+#[derive(Default)]
+struct SentKeys {
+    host: Sent,
+    joining: Sent,
+    set: Sent,
+}
+
+/// The hosts counted at a read, the value of this host's key a reply confirmed then, and the
+/// value it should hold.
+struct Counted {
+    hosts: Vec<Listed>,
+    said: Option<String>,
+    value: String,
+}
+
+impl Balance {
+    fn new(inner: Arc<Inner>) -> Self {
+        let settle = inner
+            .options
+            .settle
+            .unwrap_or_else(|| inner.store.ttl().saturating_mul(2));
+        Self {
+            tick: (inner.store.ttl() / 3).min(Duration::from_secs(1)),
+            settling: Settling::new(settle),
+            members: Members::default(),
+            confirmed: Confirmed::default(),
+            keys: SentKeys::default(),
+            set_key: inner.store.namespace().set_key(inner.store.id()),
+            sets_reported: HashMap::new(),
+            last: None,
+            inner,
+        }
+    }
+
+    /// This host's key (its joining key while it settles), written again when its node lease
+    /// or value changed since the last confirmed put. The value it should hold now.
+    async fn register_host(&mut self, joining: bool) -> String {
+        let inner = &self.inner;
         let key = if joining {
             &inner.joining_key
         } else {
             &inner.host_key
         };
-        let node = inner.store.node_lease_id();
         let value = inner.value_now();
-        if let Some(node) = node
-            && registered.as_ref() != Some(&(node, key.clone(), value.clone()))
-            && !inner.leaving.is_cancelled()
-            && let Some((lease, replied)) = inner
-                .register(key, &value, !joining && written_joining.is_some())
-                .await
-        {
-            if replied {
-                registered = Some((lease.id, key.clone(), value.clone()));
-                match &mut settling {
-                    Some(until @ None) => *until = Some(deadline(Instant::now(), settle)),
-                    Some(Some(_)) => {}
-                    None => written_joining = None,
-                }
-            }
-            if joining {
-                written_joining = Some((lease, value.clone()));
-            } else {
-                written = Some((lease, value.clone()));
-            }
-        }
-        if let (Some(node), Some(set)) = (node, inner.set_value())
-            && registered_set.as_ref() != Some(&(node, set.clone()))
-            && !inner.leaving.is_cancelled()
-            && let Some((lease, replied)) = inner.register(&set_key, &set, false).await
-        {
-            if replied {
-                registered_set = Some((lease.id, set.clone()));
-            }
-            written_set = Some((lease, set));
-        }
-        if inner.leaving.is_cancelled() {
-            break;
-        }
-        if let Some(hosts) = inner.live_hosts().await {
-            inner.compare_sets(&hosts.sets, &mut sets_reported);
-            let drain_asked = hosts.drain_asked;
-            if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
-                tracing::info!(
-                    node = inner.store.node(),
-                    drain_asked,
-                    "a drain of this host is asked for (or withdrawn)"
-                );
-                // The key is written again (its maximum) at the next tick.
-                inner.recount.notify_one();
-            }
-            // A settling host takes nothing, and is no move's target (a move names a settled
-            // host) nor holder.
-            if !joining {
-                inner.follow_moves(hosts.moves).await;
-                let counted = members.count(hosts.settled, hosts.joining);
-                let said = registered
-                    .as_ref()
-                    .filter(|(_, said_key, _)| said_key == key)
-                    .map(|(_, _, said)| said.clone());
-                inner.take_share(counted.clone(), said.as_ref(), &value);
-                last = Some((counted, said, value.clone()));
-            }
-        }
-        let wake = match settling {
-            Some(Some(until)) => until.min(deadline(Instant::now(), tick)),
-            _ => deadline(Instant::now(), tick),
+        let Some(node) = inner.store.node_lease_id() else {
+            return value;
         };
-        let leave = loop {
+        if self.confirmed.host.as_ref() == Some(&(node, key.clone(), value.clone()))
+            || inner.leaving.is_cancelled()
+        {
+            return value;
+        }
+        let settled = !joining && self.keys.joining.is_some();
+        let Some((lease, replied)) = inner.register(key, &value, settled).await else {
+            return value;
+        };
+        if replied {
+            self.confirmed.host = Some((lease.id, key.clone(), value.clone()));
+            if joining {
+                self.settling.confirmed(Instant::now(), inner);
+            } else {
+                // That put deleted the joining key.
+                self.keys.joining = None;
+            }
+        }
+        let sent = Some((lease, value.clone()));
+        if joining {
+            self.keys.joining = sent;
+        } else {
+            self.keys.host = sent;
+        }
+        value
+    }
+
+    /// This host's set key (see `sets.rs`), the same way.
+    async fn register_set(&mut self) {
+        let inner = &self.inner;
+        let (Some(node), Some(set)) = (inner.store.node_lease_id(), inner.set_value()) else {
+            return;
+        };
+        if self.confirmed.set.as_ref() == Some(&(node, set.clone())) || inner.leaving.is_cancelled()
+        {
+            return;
+        }
+        let Some((lease, replied)) = inner.register(&self.set_key, &set, false).await else {
+            return;
+        };
+        if replied {
+            self.confirmed.set = Some((lease.id, set.clone()));
+        }
+        self.keys.set = Some((lease, set));
+    }
+
+    /// Reads the live hosts; follows a drain asked for and the moves; and, once settled, takes
+    /// this host's share of the sessions (`value`: what its key should hold now).
+    async fn count(&mut self, joining: bool, value: String) {
+        let inner = &self.inner;
+        let Some(hosts) = inner.live_hosts().await else {
+            return;
+        };
+        inner.compare_sets(&hosts.sets, &mut self.sets_reported);
+        let drain_asked = hosts.drain_asked;
+        if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
+            tracing::info!(
+                node = inner.store.node(),
+                drain_asked,
+                "a drain of this host is asked for (or withdrawn)"
+            );
+            // The key is written again (its maximum) at the next tick.
+            inner.recount.notify_one();
+        }
+        // A settling host takes nothing, and is no move's target (a move names a settled host)
+        // nor holder.
+        if joining {
+            return;
+        }
+        inner.follow_moves(hosts.moves).await;
+        let counted = Counted {
+            hosts: self.members.count(hosts.settled, hosts.joining),
+            said: (self.confirmed.host.as_ref())
+                .filter(|(_, key, _)| *key == inner.host_key)
+                .map(|(_, _, said)| said.clone()),
+            value,
+        };
+        inner.take_share(counted.hosts.clone(), counted.said.as_ref(), &counted.value);
+        self.last = Some(counted);
+    }
+
+    /// Waits for the next tick (or the settle's end, or a recount asked for), taking the share
+    /// again from the last count whenever the wanted sessions change. True when the host
+    /// leaves.
+    async fn wait(&self) -> bool {
+        let inner = &self.inner;
+        let tick = deadline(Instant::now(), self.tick);
+        let wake = self.settling.until().map_or(tick, |until| until.min(tick));
+        loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(wake) => break false,
-                _ = inner.recount.notified() => break false,
-                _ = inner.leaving.cancelled() => break true,
+                _ = tokio::time::sleep_until(wake) => return false,
+                _ = inner.recount.notified() => return false,
+                _ = inner.leaving.cancelled() => return true,
                 // The wanted sessions changed: the shares again, from the hosts last read.
                 _ = inner.resized.notified() => {
-                    if let Some((counted, said, value)) = &last {
-                        inner.take_share(counted.clone(), said.as_ref(), value);
+                    if let Some(last) = &self.last {
+                        inner.take_share(last.hosts.clone(), last.said.as_ref(), &last.value);
                     }
                 }
             }
-        };
-        if leave {
-            break;
         }
     }
-    inner.leave(written, written_joining, written_set).await;
-    inner.left.cancel();
 }
 
 impl Inner {
@@ -363,12 +498,7 @@ impl Inner {
     /// is guarded by this host's value and tried for at most three write attempts here; one not
     /// confirmed by then is handed to the store's background deletes, which re-send it until it
     /// is confirmed or its node lease is lost (its end deletes the key).
-    async fn leave(
-        &self,
-        written: Option<(Arc<NodeLease>, String)>,
-        joining: Option<(Arc<NodeLease>, String)>,
-        set: Option<(Arc<NodeLease>, String)>,
-    ) {
+    async fn leave(&self, written: Sent, joining: Sent, set: Sent) {
         self.cap.send_replace(0);
         let set_key = self.store.namespace().set_key(self.store.id());
         for (key, written) in [

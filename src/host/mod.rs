@@ -236,6 +236,8 @@ struct Inner {
     moves: Mutex<HashMap<Uuid, moves::MoveIn>>,
     /// Set by [`SessionHost::drain`], cleared by [`SessionHost::undrain`].
     draining: std::sync::atomic::AtomicBool,
+    /// Logs the first session this host takes, once.
+    first_taken: std::sync::Once,
     /// Whether a drain is asked for through etcd ([`Admin::drain`](crate::Admin::drain)), as
     /// the last balance tick read it.
     drain_asked: std::sync::atomic::AtomicBool,
@@ -334,6 +336,7 @@ impl SessionHost {
             host_value,
             moves: Mutex::new(HashMap::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
+            first_taken: std::sync::Once::new(),
             drain_asked: std::sync::atomic::AtomicBool::new(false),
             leaving: CancellationToken::new(),
             left: CancellationToken::new(),

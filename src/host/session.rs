@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use futures_util::future::{BoxFuture, CatchUnwind};
+use tokio::sync::{SemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{GiveUp, HostEvent, HostOptions, Inner, Owned, lock};
 use crate::backoff;
+use crate::lease::Lease;
 use crate::metrics::Metrics;
-use crate::rig::Rig;
+use crate::rig::{Rig, RigError};
 use crate::store::Standby;
 
 /// After this many failed opens in a row, a session is quarantined (see
@@ -70,133 +72,31 @@ impl Idle {
     /// one) and opens its rig, until one opens (holding a slot) or the session is stopped
     /// (`None`). Whether the session came through a move, with the rig.
     async fn open(&mut self, inner: &Inner, stop: &CancellationToken) -> Option<(Arc<Rig>, bool)> {
-        let Self {
-            standby,
-            failures,
-            freed_elsewhere,
-        } = self;
-        let session = standby.session();
+        let session = self.standby.session();
         let mut cap = inner.cap.subscribe();
         loop {
-            // --- 1. a free slot. A freed slot wakes one waiting session (not all of them: a
-            // host shedding 50,000 sessions would wake every waiting one 50,000 times); one
-            // woken that does not take the slot passes the wake-up on.
-            let mut woken = false;
-            loop {
-                if stop.is_cancelled() {
-                    if woken {
-                        inner.pass_slot_on();
-                    }
-                    return None;
-                }
-                cap.borrow_and_update();
-                if standby.held_elsewhere() {
-                    if std::mem::take(&mut woken) {
-                        inner.pass_slot_on();
-                    }
-                    // Held elsewhere: a slot taken for it would go to a refused acquisition
-                    // (while an unowned session waits for it). Stand by for the delete.
-                    *freed_elsewhere |= stand_by(standby, inner, stop).await?;
-                    continue;
-                }
-                if inner.reserve() || inner.reserve_moved(session) {
-                    break;
-                }
-                // No slot was free after all: there is nothing to pass on.
-                woken = false;
-                if std::mem::take(freed_elsewhere) {
-                    // Freed while this host is full (the wake-up was taken while standing by,
-                    // in step 2): maybe a host left; count again now, not at the next tick.
-                    inner.recount.notify_one();
-                }
-                tokio::select! {
-                    // A wake-up taken here and then dropped (the stop won the race) is passed
-                    // on by `Notify` itself.
-                    () = inner.slot_freed.notified() => woken = true,
-                    _ = cap.changed() => {}
-                    // Freed while this host is full: maybe a host left; count again now.
-                    _ = standby.notified() => inner.recount.notify_one(),
-                    _ = stop.cancelled() => return None,
-                }
-            }
-            // --- 2. acquire (as a move's target, if it is one), or stand by. At most
-            // `OPENING_AT_ONCE` sessions acquire and open at once, each in a boxed future of a
-            // few KiB that lives only while it runs: a host started over many sessions holds
-            // them all at once otherwise (the store sends a window of requests at a time).
-            let opening = tokio::select! {
-                permit = inner.opening.acquire() => permit.expect("the semaphore is never closed"),
-                _ = stop.cancelled() => {
-                    inner.unreserve();
-                    return None;
-                }
-            };
-            let moved = inner.moved_here(session);
-            let acquire = Box::pin(async {
-                match moved {
-                    Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
-                    None => inner.store.acquire_lease(session).await,
-                }
-            });
-            let acquired = tokio::select! {
-                acquired = acquire => acquired,
-                _ = stop.cancelled() => {
-                    inner.unreserve();
-                    return None;
-                }
-            };
-            let lease = match acquired {
-                Ok(lease) => lease,
-                Err(error) if error.is_transient() => {
-                    drop(opening);
-                    inner.unreserve();
-                    *freed_elsewhere |= stand_by(standby, inner, stop).await?;
-                    continue;
-                }
-                Err(error) => {
-                    drop(opening);
-                    inner.unreserve();
-                    tracing::warn!(%session, %error, "session host cannot acquire");
-                    if inner.store.shared().shutdown.is_cancelled() {
-                        return None;
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(inner.options.retry_pause) => {}
-                        _ = stop.cancelled() => return None,
-                    }
-                    continue;
-                }
+            self.take_slot(inner, &mut cap, stop).await?;
+            let Acquired::Held {
+                lease,
+                opening,
+                moved,
+            } = self.acquire(inner, stop).await?
+            else {
+                continue;
             };
             // --- 3. open
             let workspace = (inner.options.workspace)(session);
             let opened = Box::pin(Rig::with_lease(&inner.store, lease, &workspace)).await;
             drop(opening);
-            let error = match opened {
+            let pause = match opened {
                 Ok(rig) => {
-                    if failures.opened(&inner.store.shared().metrics) {
+                    if self.failures.opened(&inner.store.shared().metrics) {
                         tracing::info!(%session, "quarantined session opened again");
                     }
-                    return Some((Arc::new(rig), moved.is_some()));
+                    return Some((Arc::new(rig), moved));
                 }
-                Err(error) => Arc::new(error),
+                Err(error) => self.failed_to_open(inner, Arc::new(error)),
             };
-            inner.emit(HostEvent::OpenFailed {
-                session,
-                error: error.clone(),
-            });
-            let (pause, quarantined) =
-                failures.failed(&inner.options, &inner.store.shared().metrics);
-            if quarantined {
-                let (failures, why) = (failures.count, crate::etcd::chain(&*error));
-                tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
-                inner.emit(HostEvent::Quarantined {
-                    session,
-                    failures,
-                    retry_in: pause,
-                    error,
-                });
-            } else {
-                tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
-            }
             inner.unreserve();
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
@@ -204,6 +104,154 @@ impl Idle {
             }
         }
     }
+
+    /// Step 1: waits for a free slot and takes it; `None` once the session is stopped. A
+    /// freed slot wakes one waiting session (not all of them: a host shedding 50,000 sessions
+    /// would wake every waiting one 50,000 times); one woken that does not take the slot
+    /// passes the wake-up on.
+    async fn take_slot(
+        &mut self,
+        inner: &Inner,
+        cap: &mut watch::Receiver<usize>,
+        stop: &CancellationToken,
+    ) -> Option<()> {
+        let session = self.standby.session();
+        let mut woken = false;
+        loop {
+            if stop.is_cancelled() {
+                if woken {
+                    inner.pass_slot_on();
+                }
+                return None;
+            }
+            cap.borrow_and_update();
+            if self.standby.held_elsewhere() {
+                if std::mem::take(&mut woken) {
+                    inner.pass_slot_on();
+                }
+                // Held elsewhere: a slot taken for it would go to a refused acquisition
+                // (while an unowned session waits for it). Stand by for the delete.
+                self.freed_elsewhere |= stand_by(&self.standby, inner, stop).await?;
+                continue;
+            }
+            if inner.reserve() || inner.reserve_moved(session) {
+                return Some(());
+            }
+            // No slot was free after all: there is nothing to pass on.
+            woken = false;
+            if std::mem::take(&mut self.freed_elsewhere) {
+                // Freed while this host is full (the wake-up was taken while standing by, in
+                // step 2): maybe a host left; count again now, not at the next tick.
+                inner.recount.notify_one();
+            }
+            tokio::select! {
+                // A wake-up taken here and then dropped (the stop won the race) is passed on
+                // by `Notify` itself.
+                () = inner.slot_freed.notified() => woken = true,
+                _ = cap.changed() => {}
+                // Freed while this host is full: maybe a host left; count again now.
+                _ = self.standby.notified() => inner.recount.notify_one(),
+                _ = stop.cancelled() => return None,
+            }
+        }
+    }
+
+    /// Step 2, holding a slot: acquires the session (as a move's target, if it is one), or
+    /// stands by and gives the slot back. At most `OPENING_AT_ONCE` sessions
+    /// acquire and open at once, each in a boxed future of a few KiB that lives only while it
+    /// runs: a host started over many sessions holds them all at once otherwise (the store
+    /// sends a window of requests at a time). `None` once the session is stopped (the slot
+    /// given back).
+    async fn acquire<'a>(
+        &mut self,
+        inner: &'a Inner,
+        stop: &CancellationToken,
+    ) -> Option<Acquired<'a>> {
+        let session = self.standby.session();
+        let opening = tokio::select! {
+            permit = inner.opening.acquire() => permit.expect("the semaphore is never closed"),
+            _ = stop.cancelled() => {
+                inner.unreserve();
+                return None;
+            }
+        };
+        let moved = inner.moved_here(session);
+        let acquire = Box::pin(async {
+            match moved {
+                Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
+                None => inner.store.acquire_lease(session).await,
+            }
+        });
+        let acquired = tokio::select! {
+            acquired = acquire => acquired,
+            _ = stop.cancelled() => {
+                inner.unreserve();
+                return None;
+            }
+        };
+        let error = match acquired {
+            Ok(lease) => {
+                let moved = moved.is_some();
+                return Some(Acquired::Held {
+                    lease,
+                    opening,
+                    moved,
+                });
+            }
+            Err(error) => error,
+        };
+        drop(opening);
+        inner.unreserve();
+        if error.is_transient() {
+            self.freed_elsewhere |= stand_by(&self.standby, inner, stop).await?;
+            return Some(Acquired::Again);
+        }
+        tracing::warn!(%session, %error, "session host cannot acquire");
+        if inner.store.shared().shutdown.is_cancelled() {
+            return None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(inner.options.retry_pause) => {}
+            _ = stop.cancelled() => return None,
+        }
+        Some(Acquired::Again)
+    }
+
+    /// Step 3 failed with `error`: counts the failure (quarantining a session that keeps
+    /// failing) and says how long to pause before the next attempt.
+    fn failed_to_open(&mut self, inner: &Inner, error: Arc<RigError>) -> Duration {
+        let session = self.standby.session();
+        inner.emit(HostEvent::OpenFailed {
+            session,
+            error: error.clone(),
+        });
+        let failures = &mut self.failures;
+        let (pause, quarantined) = failures.failed(&inner.options, &inner.store.shared().metrics);
+        if quarantined {
+            let (failures, why) = (failures.count, crate::etcd::chain(&*error));
+            tracing::warn!(%session, failures, retry_in = ?pause, %why, "session quarantined: it keeps failing to open; retrying with backoff");
+            inner.emit(HostEvent::Quarantined {
+                session,
+                failures,
+                retry_in: pause,
+                error,
+            });
+        } else {
+            tracing::debug!(%session, failures = failures.count, retry_in = ?pause, error = %crate::etcd::chain(&*error), "session failed to open");
+        }
+        pause
+    }
+}
+
+/// What step 2 came to: the session's lease, with the permit to open it, or another try.
+enum Acquired<'a> {
+    Held {
+        lease: Lease,
+        opening: SemaphorePermit<'a>,
+        /// It came through a move.
+        moved: bool,
+    },
+    Again,
 }
 
 /// Stands by for the owner key's delete, with the store's slow re-check as a backstop: whether
@@ -301,6 +349,10 @@ fn run<'a>(
             }
         }
         inner.emit(HostEvent::Acquired { session, epoch });
+        inner.first_taken.call_once(|| {
+            let node = inner.store.node();
+            tracing::info!(node, %session, %epoch, "session host took its first session");
+        });
         let mut work = AssertUnwindSafe((inner.work)(rig.clone(), token.clone())).catch_unwind();
         let returned = tokio::select! {
             () = token.cancelled() => false,
