@@ -1,6 +1,6 @@
 //! A model check of leasehold's protocol: every reachable state of two owners, one session,
 //! three appends, an unreliable network and an etcd whose leases expire, checked against
-//! invariants 1–5 of the design, with the `stateright` crate.
+//! invariants 1–5 of the protocol (docs/protocol.md), with the `stateright` crate.
 //!
 //! # What is modelled
 //!
@@ -14,7 +14,7 @@
 //! | `Etcd::compare_holds`, `Etcd::append`: `if mod_revision(tip) == last seen && create_revision(owner) == epoch && create_revision(r/{first}) == 0 then put(r/{first}), put(tip) else get(r/{first})` | `journal/cas.rs` (`AppendTxn::build`) |
 //! | `Action::Timeout` while `Sending`: re-send the byte-identical transaction while the lease is valid; once it is not, resolve by reading | `etcd/write.rs` (`send`, `next`) |
 //! | `State::receive` of `Msg::Appended` and `Msg::ResolvingRead`: the reply (or its `else` branch), or the resolving read of `r/{first}` and the owner key, decides committed, fenced or unknown | `journal/cas.rs` (`AppendTxn::settle`) |
-//! | `State::settle`, `State::give_up`: a committed append moves the journal on; a fenced or indeterminate journal (or a lease past its deadline) makes its owner give the session up — the lease is lost first, then the guarded delete goes out — and stand by. It never re-reads the tip to go on under the same epoch | `journal/mod.rs` (`Journal::commit`), `lease/handle.rs` (`release`), `host.rs` |
+//! | `State::settle`, `State::give_up`: a committed append moves the journal on; a fenced or indeterminate journal (or a lease past its deadline) makes its owner give the session up — the lease is lost first, then the guarded delete goes out — and stand by. It never re-reads the tip to go on under the same epoch | `journal/queue/writer.rs` (`Writer::settle`), `lease/handle.rs` (`release`), `host/session.rs` |
 //! | `Told`: what the caller of each append was told: acknowledged, failed (fenced) or outcome unknown | `JournalWriteError` |
 //!
 //! The network holds every request and reply in flight. Any of them can be delivered at any
@@ -54,14 +54,14 @@
 //! check explores one of each pair of states that differ only by the owners' ids (symmetry
 //! reduction), depth first.
 //!
-//! # Invariants (design §6)
+//! # Invariants (docs/protocol.md)
 //!
 //! 1. One chain: records `1..=n` without gaps, each fence right after the tip it names, the
 //!    tip at the last record.
 //! 2. No record of epoch e commits after a fence of epoch e' > e (revision order).
 //! 3. The epochs of fences strictly increase (revision order).
 //! 4. Every acknowledged append is present exactly once, an outcome-unknown append at most once,
-//!    and (design §3: a committed append is never reported as failed, never applied twice) an
+//!    and (a committed append is never reported as failed, never applied twice) an
 //!    append reported failed is absent, and none is present twice.
 //! 5. No lease is valid on an owner while the owner key has a newer epoch, or another owner's
 //!    lease of a newer epoch is valid.

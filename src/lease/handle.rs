@@ -62,8 +62,9 @@ impl Lease {
         self.state.epoch
     }
 
-    /// Whether the lease is held and inside its local validity deadline. No I/O, no lock:
-    /// two atomic loads and a clock read.
+    /// Whether the lease is held and inside its local validity deadline. No I/O, no lock: at
+    /// most three atomic loads (the lease's lost flag, its node lease's lost flag and deadline)
+    /// and a clock read.
     pub fn is_valid(&self) -> bool {
         self.state.is_valid()
     }

@@ -10,8 +10,9 @@
 //! stands by to take the session, and the holder gives the session up when it sees `ready`.
 //! While the key exists, an acquisition of the session by any store but the target's fails
 //! its compare ([`AcquireError::Moving`](super::AcquireError::Moving)), and the target's
-//! acquisition deletes the key in its own transaction. The nonce names the admin's request, so
-//! the admin's own delete (when it stops waiting) is guarded by it.
+//! acquisition deletes the key in its own transaction. The nonce names the admin's request (a
+//! re-send of it finds its own key); the admin's own delete (when it stops waiting) is guarded
+//! by the key's create revision.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! A fault campaign: many faults, at random and mixed, against nodes that own and append to
-//! sessions continuously, then a checker that reads what is finally in etcd (DESIGN §6,
-//! invariants 1–8).
+//! sessions continuously, then a checker that reads what is finally in etcd (the
+//! invariants 1–8 of docs/protocol.md).
 //!
 //! - `short` (the default): part of the normal suite; every kind of fault at least once. One
 //!   of its three nodes is a sidecar (`leasehold serve`'s service) with one gRPC client per
@@ -138,7 +138,7 @@ impl Profile {
         }
     }
 
-    /// How long after a heal every session must have appended again (DESIGN §6, 6 and 7):
+    /// How long after a heal every session must have appended again (invariants 6 and 7 of docs/protocol.md):
     /// the TTL, etcd's election timeout (1 s), its 0.5 s expiry scan, and 3 s for a commit
     /// and a watch/acquire round trip on a loaded 2-core machine.
     fn bound(&self) -> Duration {
