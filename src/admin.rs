@@ -176,6 +176,31 @@ pub enum RevokeError {
 }
 
 /// An operator's view of one namespace; see the [module docs](self).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// use leasehold::Admin;
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let admin = Admin::connect(["http://127.0.0.1:2379"], "billing").await?;
+/// let owners = admin.owners().await?;
+/// for owner in &owners {
+///     println!("{}: {:?} at epoch {}", owner.session, owner.node, owner.epoch);
+/// }
+/// if let Some(owner) = owners.first() {
+///     // One graceful handover to the host named worker-2, waited for at most 30 s.
+///     let wait = Duration::from_secs(30);
+///     let moved = admin.move_session_to_node(owner.session, "worker-2", wait).await?;
+///     println!("{} now on store {} at epoch {}", moved.session, moved.to, moved.epoch);
+/// }
+/// // The host named worker-3 hands all of its sessions over to the others.
+/// admin.drain_node("worker-3").await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Admin {
     connection: Connection,

@@ -268,6 +268,26 @@ impl Shared {
 
 /// A local, watch-fed view of who owns which session; see the [module docs](self). Cheap to
 /// clone; the watch stops when the last clone is dropped or [`close`](Self::close) is called.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold::{OwnerDirectory, Store, StoreOptions, Uuid};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+/// // Where no store runs, `Admin::directory` starts one the same way.
+/// let directory =
+///     OwnerDirectory::start(store.connection().clone(), store.namespace().clone()).await?;
+/// let session = Uuid::from_u128(7);
+/// match directory.owner_of(session) {
+///     Some(owner) if owner.host_alive => println!("send to {:?}", owner.node.advertise),
+///     Some(_) => println!("its host is leaving: ask again shortly"),
+///     None => println!("nobody owns {session}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct OwnerDirectory {
     shared: Arc<Shared>,

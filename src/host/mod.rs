@@ -294,6 +294,34 @@ use crate::sync::lock;
 
 impl SessionHost {
     /// Starts hosting `sessions` on `store`, running `work` for each session it owns.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// use leasehold::{CancellationToken, HostOptions, Rig, SessionHost, Store, StoreOptions};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?);
+    /// // The same sessions on every host: each host owns its share of them.
+    /// let sessions = (1..=30).map(leasehold::Uuid::from_u128);
+    /// let work = |rig: Arc<Rig>, stop: CancellationToken| async move {
+    ///     // Until the host gives the session up; a broken journal makes it do so.
+    ///     while !stop.is_cancelled() {
+    ///         let _ = rig.journal().append(b"tick").await;
+    ///         tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     }
+    /// };
+    /// let host = SessionHost::start(store.clone(), HostOptions::default(), sessions, work);
+    /// tokio::signal::ctrl_c().await?;
+    /// // Hands every session over in order; the store stays open through it.
+    /// host.shutdown().await;
+    /// store.close().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn start<F, Fut>(
         store: Arc<Store>,
         options: HostOptions,

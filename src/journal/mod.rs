@@ -292,6 +292,23 @@ impl Journal {
     }
 
     /// Appends one event. See [`append_batch`](Self::append_batch).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leasehold::{Journal, JournalWriteError};
+    ///
+    /// # async fn example(journal: Journal) -> Result<(), Box<dyn std::error::Error>> {
+    /// match journal.append(br#"{"step": 1}"#).await {
+    ///     Ok(appended) => println!("event {} at {}", appended.first_seq, appended.revision),
+    ///     // Refused by etcd and not applied: the journal can go on.
+    ///     Err(JournalWriteError::Etcd(error)) => println!("not appended: {error}"),
+    ///     // Fenced, the lease lost, the outcome unknown: this journal can append no more.
+    ///     Err(error) => return Err(error.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn append(&self, payload: impl AsRef<[u8]>) -> Result<Appended, JournalWriteError> {
         self.append_batch(&[payload.as_ref()]).await
     }

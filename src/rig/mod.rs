@@ -79,6 +79,24 @@ pub enum RigError {
 }
 
 /// A live session: its lease, its workspace root and its journal.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold::{Rig, Store, StoreOptions, Uuid};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+/// let session = Uuid::new_v4();
+/// // The session's lease, then the workspace root of `ws-1`, then the journal's fence.
+/// let rig = Rig::open(&store, session, "ws-1").await?;
+/// rig.journal().append(b"started").await?;
+/// // The last append, then the workspace root, then the lease.
+/// rig.shutdown().await?;
+/// store.close().await;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Rig {
     journal: Journal,
     /// Shared with the hook that deletes it on loss.

@@ -17,6 +17,26 @@ impl Store {
     /// `None` fails with [`NilLeaseError`]; a lease of another session, or a second open with
     /// the same lease, with typed errors too (one journal per lease, so fence epochs strictly
     /// increase).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leasehold::{Store, StoreOptions, Uuid};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+    /// let session = Uuid::new_v4();
+    /// let lease = store.acquire_lease(session).await?;
+    /// // Appends the fence: from here on, no earlier owner's append can commit.
+    /// let journal = store.open_journal(session, Some(&lease)).await?;
+    /// let appended = journal.append(b"started").await?;
+    /// println!("event {} under epoch {}", appended.first_seq, journal.epoch());
+    /// // The last append settles before the lease is released.
+    /// journal.close().await;
+    /// lease.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[tracing::instrument(name = "open", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
     pub async fn open_journal(
         &self,
@@ -97,6 +117,28 @@ impl Store {
     }
 
     /// Replays `session`'s events (fences hidden) at one snapshot revision. Needs no lease.
+    ///
+    /// # Examples
+    ///
+    /// The stream is read with `futures_util::StreamExt` (its `next`), once pinned:
+    ///
+    /// ```no_run
+    /// use std::pin::pin;
+    ///
+    /// use futures_util::StreamExt as _;
+    /// use leasehold::{Store, StoreOptions, Uuid};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+    /// let session = Uuid::from_u128(7);
+    /// let mut events = pin!(store.replay(session));
+    /// while let Some(event) = events.next().await {
+    ///     let event = event?;
+    ///     println!("{} (epoch {}): {} bytes", event.seq, event.epoch, event.payload.len());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn replay(
         &self,
         session: Uuid,

@@ -195,6 +195,26 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Connects, grants the node lease and starts the keepalive and watch tasks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use leasehold::{Namespace, Store, StoreOptions};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let options = StoreOptions::new(["http://127.0.0.1:2379"])
+    ///     .with_namespace(Namespace::new("billing")?)
+    ///     .with_node("node-a")
+    ///     .with_ttl(Duration::from_secs(10), Duration::from_secs(1));
+    /// let store = Store::connect(options).await?;
+    /// println!("node lease {:?}, TTL {:?}", store.node_lease_id(), store.ttl());
+    /// // Every lease the store holds is lost, and the node lease is revoked.
+    /// store.close().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(options: StoreOptions) -> Result<Self, StoreError> {
         options.validate()?;
         let mut connect =
@@ -407,6 +427,26 @@ impl Store {
     /// [`EtcdError::is_permission_denied`]) once etcd has denied the store's user its
     /// namespace's owner keys (see [a namespace outside the user's
     /// roles](self#a-namespace-outside-the-users-roles)).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leasehold::{AcquireError, Store, StoreOptions, Uuid};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+    /// let session = Uuid::new_v4();
+    /// match store.acquire_lease(session).await {
+    ///     Ok(lease) => {
+    ///         println!("owning {session} at epoch {}", lease.epoch());
+    ///         lease.release().await?;
+    ///     }
+    ///     Err(AcquireError::Held(held)) => println!("held at epoch {}", held.holder_epoch),
+    ///     Err(error) => return Err(error.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
         self.acquire_gated(session, None).await
     }
@@ -446,6 +486,29 @@ impl Store {
     /// proposal), the transaction sent again only once the key is gone. Gives up with
     /// [`AcquireError::TimedOut`] after `timeout`; `Duration::MAX` waits forever (a timeout
     /// longer than about 30 years waits that long). Dropping the future cancels it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use leasehold::{AcquireError, Store, StoreOptions, Uuid};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Store::connect(StoreOptions::new(["http://127.0.0.1:2379"])).await?;
+    /// let session = Uuid::from_u128(7);
+    /// // Stands by for at most a minute while another node owns the session.
+    /// match store.acquire_lease_wait(session, Duration::from_secs(60)).await {
+    ///     Ok(lease) => {
+    ///         let reason = lease.lost().await;
+    ///         println!("owned {session} at epoch {} until {reason}", lease.epoch());
+    ///     }
+    ///     Err(AcquireError::TimedOut { waited, .. }) => println!("still held after {waited:?}"),
+    ///     Err(error) => return Err(error.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire_lease_wait(
         &self,
         session: Uuid,
