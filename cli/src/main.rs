@@ -119,7 +119,8 @@ pub(crate) struct Common {
     )]
     max_in_flight: u64,
     /// Say nothing of an etcd older than the minimum for production (3.5.28), which is
-    /// otherwise said once per process at WARN: for tests and fleets that run one knowingly.
+    /// otherwise said once per process and endpoint at WARN: for tests and fleets that run
+    /// one knowingly.
     #[arg(long, env = "LEASEHOLD_NO_VERSION_WARNING", global = true)]
     no_version_warning: bool,
     /// How log lines (on stderr; LEASEHOLD_LOG or RUST_LOG set the level) are written.
