@@ -157,14 +157,17 @@ pub use uuid::Uuid;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// The guide's code blocks (docs/guide/), compiled as doctests where they are Rust.
+/// The guide's code blocks (docs/guide/, and docs/guarantees.md), compiled as doctests where
+/// they are Rust.
 #[cfg(all(doctest, feature = "testing"))]
-#[doc = include_str!("../docs/guide/guarantees.md")]
-#[doc = include_str!("../docs/guide/tool.md")]
-#[doc = include_str!("../docs/guide/any-language.md")]
-#[doc = include_str!("../docs/guide/routing.md")]
-#[doc = include_str!("../docs/guide/testing.md")]
-#[doc = include_str!("../docs/guide/operating.md")]
+#[doc = include_str!("../docs/guide/1-own-a-session.md")]
+#[doc = include_str!("../docs/guide/2-host-sessions.md")]
+#[doc = include_str!("../docs/guide/3-routing.md")]
+#[doc = include_str!("../docs/guide/4-operate.md")]
+#[doc = include_str!("../docs/guide/5-any-language.md")]
+#[doc = include_str!("../docs/guide/6-testing.md")]
+#[doc = include_str!("../docs/guide/7-production.md")]
+#[doc = include_str!("../docs/guarantees.md")]
 pub struct GuideDoctests;
 
 /// docs/production.md's code blocks, compiled as doctests where they are Rust.

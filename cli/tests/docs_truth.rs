@@ -4,46 +4,55 @@
 //!   or a range of two, with `×` right after its digits) is quoted from BENCHMARKS.md, or its
 //!   paragraph names the test that measures it (the rule is written at the top of
 //!   BENCHMARKS.md);
-//! - every `--flag` the guide's chapter on the tool (docs/guide/tool.md) names is defined by
-//!   some command of the `leasehold` tool (its `--help`), every `LEASEHOLD_*` variable it names is one the tool's
-//!   help lists, and every variable the help lists is named there; the commands it shows
-//!   (`leasehold journal trim`, ...) exist.
+//! - every `--flag` the guide's chapters on the tool (hosting, operating, production) name is
+//!   defined by some command of the `leasehold` tool (its `--help`), every `LEASEHOLD_*`
+//!   variable they name is one the tool's help lists, and every variable the help lists is
+//!   named there; the commands they show (`leasehold journal trim`, ...) exist.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
-/// README.md and the guide's chapters: every text whose ratios are checked, besides
-/// docs/production.md.
-const DOCS: [(&str, &str); 8] = [
+/// A chapter of the guide: its path and its text.
+macro_rules! chapter {
+    ($file:literal) => {
+        (
+            concat!("docs/guide/", $file),
+            include_str!(concat!("../../docs/guide/", $file)),
+        )
+    };
+}
+
+/// README.md, the guide's chapters and the reference pages: every text whose ratios are
+/// checked, besides docs/production.md.
+const DOCS: &[(&str, &str)] = &[
     ("README.md", include_str!("../../README.md")),
+    (GUIDE[0].0, GUIDE[0].1),
+    (GUIDE[1].0, GUIDE[1].1),
+    (GUIDE[2].0, GUIDE[2].1),
+    (GUIDE[3].0, GUIDE[3].1),
+    (GUIDE[4].0, GUIDE[4].1),
+    (GUIDE[5].0, GUIDE[5].1),
+    (GUIDE[6].0, GUIDE[6].1),
     (
-        "docs/guide/guarantees.md",
-        include_str!("../../docs/guide/guarantees.md"),
+        "docs/guarantees.md",
+        include_str!("../../docs/guarantees.md"),
     ),
-    ("docs/guide/tool.md", TOOL),
-    (
-        "docs/guide/any-language.md",
-        include_str!("../../docs/guide/any-language.md"),
-    ),
-    (
-        "docs/guide/routing.md",
-        include_str!("../../docs/guide/routing.md"),
-    ),
-    (
-        "docs/guide/testing.md",
-        include_str!("../../docs/guide/testing.md"),
-    ),
-    (
-        "docs/guide/operating.md",
-        include_str!("../../docs/guide/operating.md"),
-    ),
-    (
-        "docs/guide/layout.md",
-        include_str!("../../docs/guide/layout.md"),
-    ),
+    ("docs/layout.md", include_str!("../../docs/layout.md")),
+    ("docs/protocol.md", include_str!("../../docs/protocol.md")),
 ];
-/// The guide's chapter on the tool.
-const TOOL: &str = include_str!("../../docs/guide/tool.md");
+/// The guide's chapters, in order.
+const GUIDE: [(&str, &str); 7] = [
+    chapter!("1-own-a-session.md"),
+    chapter!("2-host-sessions.md"),
+    chapter!("3-routing.md"),
+    chapter!("4-operate.md"),
+    chapter!("5-any-language.md"),
+    chapter!("6-testing.md"),
+    chapter!("7-production.md"),
+];
+/// The chapters that show the tool: their flags, variables and commands are checked against
+/// its help.
+const TOOL: [usize; 3] = [1, 3, 6];
 const PRODUCTION: &str = include_str!("../../docs/production.md");
 const BENCHMARKS: &str = include_str!("../../BENCHMARKS.md");
 
@@ -209,7 +218,11 @@ fn every_ratio_in_readme_and_production_is_quoted_from_benchmarks_or_names_its_t
     assert!(rows.len() >= 9, "BENCHMARKS.md's table: {rows:?}");
     let mut unquoted = Vec::new();
     let mut checked = 0;
-    for (file, text) in DOCS.into_iter().chain([("docs/production.md", PRODUCTION)]) {
+    for (file, text) in DOCS
+        .iter()
+        .copied()
+        .chain([("docs/production.md", PRODUCTION)])
+    {
         for unit in units(text) {
             for ratio in ratios(&unit) {
                 checked += 1;
@@ -226,7 +239,11 @@ fn every_ratio_in_readme_and_production_is_quoted_from_benchmarks_or_names_its_t
     // The scanner finds the docs' tables and prose figures; if it finds none, it is broken.
     assert!(checked >= 12, "only {checked} ratios found");
     // A table with a `ratio` column writes each ratio with its `×`, so that the rule sees it.
-    for (file, text) in DOCS.into_iter().chain([("docs/production.md", PRODUCTION)]) {
+    for (file, text) in DOCS
+        .iter()
+        .copied()
+        .chain([("docs/production.md", PRODUCTION)])
+    {
         let mut column = None;
         for line in text.lines() {
             let Some(row) = line.trim().strip_prefix('|') else {
@@ -370,13 +387,23 @@ fn variables(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The guide's chapter on the tool.
-fn command_section() -> &'static str {
-    assert!(
-        TOOL.starts_with("# The `leasehold` command"),
-        "docs/guide/tool.md's title"
-    );
-    TOOL
+/// The chapters that show the tool, each with its lines that show no other program (`cargo`,
+/// `docker-compose`, etcd's own flags), whose flags are not the tool's.
+fn tool_chapters() -> Vec<(&'static str, String)> {
+    TOOL.iter()
+        .map(|&at| {
+            let (path, text) = GUIDE[at];
+            let own: Vec<&str> = text
+                .lines()
+                .filter(|line| {
+                    !["cargo ", "docker-compose", "etcd --"]
+                        .iter()
+                        .any(|o| line.contains(o))
+                })
+                .collect();
+            (path, own.join("\n"))
+        })
+        .collect()
 }
 
 /// The commands the section shows: `leasehold WORD` in backticks or at the start of a line of
@@ -425,37 +452,235 @@ fn readme_names_only_flags_commands_and_variables_the_tool_has() {
         "{defined:?}"
     );
 
-    let section = command_section();
     let mut wrong = Vec::new();
-    for flag in mentioned_flags(section) {
-        if !defined.contains(&flag) {
-            wrong.push(format!(
-                "docs/guide/tool.md names {flag}, which no `leasehold … --help` defines"
-            ));
+    let (mut named, mut shown) = (BTreeSet::new(), BTreeSet::new());
+    for (path, section) in tool_chapters() {
+        for flag in mentioned_flags(&section) {
+            if !defined.contains(&flag) {
+                wrong.push(format!(
+                    "{path} names {flag}, which no `leasehold … --help` defines"
+                ));
+            }
+        }
+        for variable in variables(&section) {
+            if !listed.contains(&variable) {
+                wrong.push(format!(
+                    "{path} names {variable}, which no `leasehold … --help` lists"
+                ));
+            }
+            named.insert(variable);
+        }
+        for command in shown_commands(&section) {
+            if !commands.contains(&command) {
+                wrong.push(format!(
+                    "{path} shows `leasehold {}`, which is not a command",
+                    command.join(" ")
+                ));
+            }
+            shown.insert(command);
         }
     }
-    let named = variables(section);
-    for variable in named.difference(&listed) {
-        wrong.push(format!(
-            "docs/guide/tool.md names {variable}, which no `leasehold … --help` lists"
-        ));
-    }
+    // docs/cli.md, generated from the help, names every variable by construction.
+    named.extend(variables(include_str!("../../docs/cli.md")));
     for variable in listed.difference(&named) {
         wrong.push(format!(
-            "`leasehold --help` lists {variable}, which docs/guide/tool.md does not name"
+            "`leasehold --help` lists {variable}, which no chapter on the tool names"
         ));
     }
-    let shown = shown_commands(section);
     assert!(shown.len() >= 8, "{shown:?}");
-    for command in shown {
-        if !commands.contains(&command) {
-            wrong.push(format!(
-                "docs/guide/tool.md shows `leasehold {}`, which is not a command",
-                command.join(" ")
-            ));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The backticked words of `text` (inline code, outside code blocks; a span may run over a
+/// line break, which it keeps as a space).
+fn backticked(text: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            prose.push_str("\n\n");
+            continue;
+        }
+        if !fenced {
+            prose.push_str(line);
+            prose.push(' ');
         }
     }
+    prose
+        .split("\n\n")
+        .flat_map(|paragraph| paragraph.split('`').skip(1).step_by(2).map(str::to_owned))
+        .collect()
+}
+
+/// Whether a backticked word is a path in the repository: no spaces, placeholders, URLs or
+/// paths outside it, and a `/` or a file extension of the repository's.
+fn is_repo_path(word: &str) -> bool {
+    let outside = ["/", "~", "http", "$", "-", "."];
+    let extension = [
+        ".rs", ".md", ".sh", ".toml", ".proto", ".py", ".yml", ".txt",
+    ];
+    !word.is_empty()
+        && !word.contains([' ', '{', '}', '…', '*', '<', '=', ':', ',', '(', '|'])
+        && !outside.iter().any(|o| word.starts_with(o))
+        && word.split('/').any(|segment| segment.len() > 1)
+        && (word.contains('/') && word.starts_with(|c: char| c.is_ascii_lowercase())
+            || extension.iter().any(|e| word.ends_with(e)) && word.contains('/'))
+}
+
+/// Every source file of the workspace (the library's and the tool's), read.
+fn sources() -> Vec<(std::path::PathBuf, String)> {
+    let mut files = Vec::new();
+    let mut pending = vec![workspace().join("src"), workspace().join("cli/src")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                files.push((path, text));
+            }
+        }
+    }
+    files
+}
+
+/// Every file and directory under the workspace's source directories, as a string.
+fn tree() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![workspace().join("src"), workspace().join("cli")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() && !path.ends_with("target") {
+                pending.push(path.clone());
+            }
+            found.push(path.to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+/// Whether `Type::item` names something the workspace defines: `None` when it defines no
+/// `Type` (a type of std or of a dependency, not checked), else whether a file that defines
+/// `Type` has an `item` (a function, variant, constant or field).
+fn resolves(sources: &[(std::path::PathBuf, String)], path: &str) -> Option<bool> {
+    let (ty, item) = path.rsplit_once("::")?;
+    let ty = ty.rsplit("::").next()?;
+    if !ty.starts_with(|c: char| c.is_ascii_uppercase())
+        || !item.chars().all(|c| c.is_alphanumeric() || c == '_')
+        || item.is_empty()
+    {
+        return None;
+    }
+    let defines = |text: &str| {
+        ["struct ", "enum ", "trait ", "type "].iter().any(|kind| {
+            text.match_indices(&format!("{kind}{ty}")).any(|(at, m)| {
+                let after = text[at + m.len()..].chars().next();
+                after.is_none_or(|c| !c.is_alphanumeric() && c != '_')
+            })
+        })
+    };
+    let defining: Vec<&str> = (sources.iter())
+        .map(|(_, text)| text.as_str())
+        .filter(|text| defines(text))
+        .collect();
+    if defining.is_empty() {
+        return None;
+    }
+    let has = |text: &str| {
+        text.match_indices(item).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + item.len()..].chars().next();
+            before.is_some_and(|c| !c.is_alphanumeric() && c != '_')
+                && after.is_some_and(|c| !c.is_alphanumeric() && c != '_')
+        })
+    };
+    // Methods may be defined in any file of the crate (`impl Store` is spread over several).
+    Some(
+        defining.iter().any(|text| has(text))
+            || sources.iter().any(|(_, text)| {
+                let defines_fn = [format!("fn {item}("), format!("fn {item}<")]
+                    .iter()
+                    .any(|f| text.contains(f.as_str()));
+                defines_fn
+                    && (text.contains(&format!("impl {ty}")) || text.contains(&format!("for {ty}")))
+            }),
+    )
+}
+
+#[test]
+fn every_path_and_item_the_docs_name_exists() {
+    let sources = sources();
+    let tree = tree();
+    let mut wrong = Vec::new();
+    let (mut paths, mut items) = (0, 0);
+    for (file, text) in DOCS.iter().copied().chain([
+        ("docs/production.md", PRODUCTION),
+        ("docs/sidecar.md", include_str!("../../docs/sidecar.md")),
+        ("ARCHITECTURE.md", include_str!("../../ARCHITECTURE.md")),
+    ]) {
+        for word in backticked(text) {
+            let word = word.as_str();
+            if is_repo_path(word) {
+                paths += 1;
+                let path = word.split('#').next().unwrap_or(word);
+                // A path from the root, or from a directory the text names around it
+                // (`queue/` inside `src/journal/`): the tail of a path in the repository.
+                let tail = format!("/{}", path.trim_end_matches('/'));
+                if !workspace().join(path).exists()
+                    && !tree.iter().any(|known| known.ends_with(&tail))
+                {
+                    wrong.push(format!("{file}: `{word}` is no path in the repository"));
+                }
+            } else if let Some(found) = resolves(&sources, word) {
+                items += 1;
+                if !found {
+                    wrong.push(format!("{file}: `{word}` names nothing the code defines"));
+                }
+            }
+        }
+    }
+    let mut links = 0;
+    for (file, text) in DOCS.iter().copied().chain([
+        ("docs/production.md", PRODUCTION),
+        ("docs/sidecar.md", include_str!("../../docs/sidecar.md")),
+        ("ARCHITECTURE.md", include_str!("../../ARCHITECTURE.md")),
+        ("docs/cli.md", include_str!("../../docs/cli.md")),
+    ]) {
+        let dir = std::path::Path::new(file)
+            .parent()
+            .expect("a file in a directory");
+        for (at, _) in text.match_indices("](") {
+            let target = text[at + 2..].split(')').next().unwrap_or_default();
+            let target = target.split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.contains(' ') {
+                continue;
+            }
+            links += 1;
+            if !workspace().join(dir).join(target).exists() {
+                wrong.push(format!("{file}: the link to {target} leads nowhere"));
+            }
+        }
+    }
+    assert!(
+        paths > 50 && items > 50 && links > 30,
+        "{paths} paths, {items} items, {links} links checked"
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_path_check_can_fail() {
+    let sources = sources();
+    assert!(is_repo_path("src/journal/cas.rs") && is_repo_path("cli/tests/"));
+    assert!(!is_repo_path("{ns}/owners/{session}") && !is_repo_path("http://x/y"));
+    assert!(!workspace().join("src/journal/nothing.rs").exists());
+    assert_eq!(resolves(&sources, "Store::acquire_lease"), Some(true));
+    assert_eq!(resolves(&sources, "Store::acquire_nothing"), Some(false));
+    assert_eq!(resolves(&sources, "Duration::MAX"), None);
+    assert_eq!(resolves(&sources, "Admin::connec"), Some(false));
 }
 
 /// The workspace's root: the library's package, above this one.
