@@ -79,15 +79,21 @@ groups=(
   "backoff|src/backoff|write_failover lease_watch_loss liveness_host_recovers"
 )
 
-# (--test-workspace: a group's tests may be the tool's, cli/tests/, which run the binary.)
-args=(--no-shuffle --all-features --test-workspace=true)
+args=(--no-shuffle)
+# Stage 1 builds the library's unit tests alone (the mutated code needs no `grpc`); stage 2
+# every feature, and the whole workspace (a group's tests may be the tool's, cli/tests/, which
+# run the binary).
+unit=(--features testing --test-package leasehold)
+integration=(--all-features --test-workspace=true)
+# No debug info: each mutant's build and link is the most of what it costs.
+export CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0
 # (-F alone lets struct-field deletions elsewhere through; --file keeps to the files above.)
 for file in "${files[@]}"; do args+=(-f "$file"); done
 
 if [ "${1:-}" = --list ]; then
   for target in "${targets[@]}"; do args+=(-F "$target"); done
-  cargo mutants "${args[@]}" --list
-  say "$(cargo mutants "${args[@]}" --list | wc -l) mutants"
+  cargo mutants "${args[@]}" "${unit[@]}" --list
+  say "$(cargo mutants "${args[@]}" "${unit[@]}" --list | wc -l) mutants"
   exit 0
 fi
 
@@ -106,7 +112,7 @@ inplace=(--in-place)
 stage=${1:-all}
 if [ "$stage" = all ] || [ "$stage" = 1 ]; then
   say "stage 1: every mutant against the unit tests"
-  stage1=("${args[@]}")
+  stage1=("${args[@]}" "${unit[@]}")
   for target in "${targets[@]}"; do stage1+=(-F "$target"); done
   rm -rf "$out/stage1"
   # (-C: for the build as well as the test run, so that only the unit tests are built.)
@@ -141,7 +147,7 @@ for group in "${groups[@]}"; do
   say "stage 2, $name: $(( ${#selected[@]} / 2 )) mutants against: $tests"
   build=(-C --lib)
   for test in $tests; do build+=(-C --test -C "$test"); done
-  cargo mutants "${args[@]}" "${selected[@]}" "${inplace[@]}" --baseline skip \
+  cargo mutants "${args[@]}" "${integration[@]}" "${selected[@]}" "${inplace[@]}" --baseline skip \
     --timeout 300 -o "$out/stage2-$name" "${build[@]}" || true
 done
 
