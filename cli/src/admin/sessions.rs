@@ -90,7 +90,9 @@ pub(crate) async fn sessions(admin: &Admin, command: &SessionsCommand) -> Result
                 print_session(session, args.json);
             }
             if !args.json {
-                eprintln!("{} sessions registered", sessions.len());
+                let count = sessions.len();
+                let noun = if count == 1 { "session" } else { "sessions" };
+                eprintln!("{count} {noun} registered");
             }
         }
     }
