@@ -251,6 +251,16 @@ pub(crate) async fn run(common: &Common, args: &NodeArgs) -> Result<(), Failure>
     if let Some(settle) = args.settle {
         options = options.with_settle(settle);
     }
+    // A first run would look stuck for the settle otherwise: say it.
+    let settle = args.settle.unwrap_or_else(|| store.ttl().saturating_mul(2));
+    if !settle.is_zero() {
+        timeline.say(
+            &name,
+            format_args!(
+                "settling for {settle:?}: no session is taken until the nodes it sees are stable (--settle)"
+            ),
+        );
+    }
     if args.registry {
         options = options.with_registry();
     }
