@@ -672,6 +672,25 @@ fn every_path_and_item_the_docs_name_exists() {
 }
 
 #[test]
+fn the_layout_names_every_file_at_the_top_of_src_deploy_examples_and_docs() {
+    let layout = include_str!("../../docs/layout.md");
+    let mut missing = Vec::new();
+    for dir in ["src", "deploy", "examples", "docs"] {
+        for entry in std::fs::read_dir(workspace().join(dir)).expect("a directory") {
+            let name = entry.expect("an entry").file_name();
+            let path = format!("{dir}/{}", name.to_string_lossy());
+            if !layout.contains(&format!("`{path}")) {
+                missing.push(path);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/layout.md names none of {missing:?}"
+    );
+}
+
+#[test]
 fn the_path_check_can_fail() {
     let sources = sources();
     assert!(is_repo_path("src/journal/cas.rs") && is_repo_path("cli/tests/"));
