@@ -31,24 +31,18 @@
 //! - [`check`](Admin::check): the journal invariants on live data.
 
 use std::collections::HashMap;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
-};
-use futures_util::{Stream, StreamExt as _};
-use tokio::sync::mpsc;
+use etcd_client::{Client, Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp};
+use futures_util::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::backoff::Backoff;
 use crate::directory::OwnerDirectory;
 use crate::etcd::write::{self, WritePolicy, Written};
 use crate::etcd::{Connection, EtcdError};
 use crate::journal::{
-    Authority, Deleted, JournalCheck, Record, Replay, ReplayError, ReplayOptions, Retention,
+    Authority, Deleted, JournalCheck, Replay, ReplayError, ReplayOptions, Retention,
     RetentionError, TRIM_BATCH, Tip, Trimmed,
 };
 use crate::keys::{Namespace, id_under, prefix_end};
@@ -72,12 +66,14 @@ pub struct NamespaceStatus {
 
 mod connect;
 mod drain;
+mod follow;
 mod hosts;
 mod moves;
 mod sessions;
 pub use crate::store::MOVE_WITHDRAWN_AFTER;
 pub use connect::AdminConnectError;
 pub use drain::DrainError;
+pub use follow::Follow;
 pub use hosts::{Host, HostLookupError};
 pub use moves::{MoveError, Moved};
 pub use sessions::{Finished, MAX_SESSION_METADATA, RegisteredSession, RegistryError};
@@ -543,20 +539,8 @@ impl Admin {
     /// The watch resumes where it stopped after a failure; if etcd compacted that revision
     /// meanwhile, the stream ends with [`ReplayError::Compacted`].
     pub fn follow(&self, session: Uuid, revision: i64, from_seq: u64) -> Follow {
-        let (sender, receiver) = mpsc::channel(256);
-        let stop = CancellationToken::new();
-        tokio::spawn(follow(
-            self.connection.clone(),
-            self.namespace.records_prefix(session),
-            revision,
-            from_seq,
-            sender,
-            stop.clone(),
-        ));
-        Follow {
-            receiver,
-            _stop: stop.drop_guard(),
-        }
+        let prefix = self.namespace.records_prefix(session);
+        Follow::start(self.connection.clone(), prefix, revision, from_seq)
     }
 
     /// Deletes `session`'s owner key if it is at `epoch` (if given; else whatever owner it
@@ -658,101 +642,6 @@ impl Admin {
         progress: impl FnMut(usize),
     ) -> Result<Vec<JournalCheck>, ReplayError> {
         crate::journal::check_all(&self.connection, &self.namespace, options, progress).await
-    }
-}
-
-/// New records of one journal as they commit; see [`Admin::follow`].
-#[derive(Debug)]
-pub struct Follow {
-    receiver: mpsc::Receiver<Result<Record, ReplayError>>,
-    _stop: tokio_util::sync::DropGuard,
-}
-
-impl Stream for Follow {
-    type Item = Result<Record, ReplayError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.receiver.poll_recv(cx)
-    }
-}
-
-/// The watch behind [`Follow`]: resumes after failures from the last revision seen.
-async fn follow(
-    connection: Connection,
-    prefix: String,
-    mut revision: i64,
-    mut next_seq: u64,
-    sender: mpsc::Sender<Result<Record, ReplayError>>,
-    stop: CancellationToken,
-) {
-    // Deterministic, 100 ms doubling up to 2 s; reset by every response of a watch.
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    loop {
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision.saturating_add(1));
-        let (client, endpoint) = connection.stream_client();
-        let open = async {
-            client
-                .ready()
-                .await?
-                .watch(prefix.as_str(), Some(options))
-                .await
-        };
-        let opened = tokio::select! {
-            opened = tokio::time::timeout(Duration::from_secs(5), open) => opened,
-            _ = stop.cancelled() => return,
-        };
-        if let Ok(Ok(mut stream)) = opened {
-            loop {
-                let message = tokio::select! {
-                    message = stream.message() => message,
-                    _ = stop.cancelled() => return,
-                    _ = sender.closed() => return,
-                };
-                let Ok(Some(response)) = message else { break };
-                if response.compact_revision() > 0 {
-                    let _ = sender
-                        .send(Err(ReplayError::Compacted {
-                            revision: revision.saturating_add(1),
-                        }))
-                        .await;
-                    return;
-                }
-                if response.canceled() {
-                    break;
-                }
-                backoff.reset();
-                for event in response.events() {
-                    let Some(kv) = event.kv() else { continue };
-                    revision = revision.max(kv.mod_revision());
-                    if event.event_type() != EventType::Put {
-                        continue;
-                    }
-                    let seq = crate::journal::seq_of_key(kv.key());
-                    if seq.is_none_or(|seq| seq < next_seq) {
-                        continue;
-                    }
-                    let record = crate::journal::decode_record(kv.key(), seq, kv.value())
-                        .map_err(ReplayError::Decode);
-                    // After the record at `u64::MAX`, no record can follow.
-                    let next = record.as_ref().ok().and_then(|r| r.seq().checked_add(1));
-                    if sender.send(record).await.is_err() {
-                        return;
-                    }
-                    match next {
-                        Some(next) => next_seq = next,
-                        None => return,
-                    }
-                }
-            }
-        }
-        tracing::debug!(endpoint, "the journal watch stopped; resuming");
-        connection.rotate();
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.next()) => {}
-            _ = stop.cancelled() => return,
-        }
     }
 }
 

@@ -242,3 +242,76 @@ fn the_reader_sees_paths_in_use_lists_code_and_root_names() {
     assert_eq!(targets("$crate::journal::x", &root), Vec::<String>::new());
     assert_eq!(targets("use super::x;", &root), Vec::<String>::new());
 }
+
+/// The longest file in `src/`, in lines.
+const MAX_FILE_LINES: usize = 750;
+/// The longest function in `src/`, in lines (its signature to its closing brace).
+const MAX_FN_LINES: usize = 100;
+
+/// The functions of `code` longer than `MAX_FN_LINES`: a line that starts a `fn` (not a
+/// declaration ending in `;`) runs to the first line after it that closes at its own indent.
+fn long_functions(code: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut long = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let starts = [
+            "fn ",
+            "pub fn ",
+            "async fn ",
+            "pub async fn ",
+            "pub(crate) fn ",
+            "pub(crate) async fn ",
+            "pub(super) fn ",
+            "pub(super) async fn ",
+            "const fn ",
+            "pub const fn ",
+        ];
+        if !starts.iter().any(|s| trimmed.starts_with(s)) || trimmed.ends_with(';') {
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(end) = lines[at + 1..].iter().position(|l| l.trim_end() == close) {
+            let length = end + 2;
+            if length > MAX_FN_LINES {
+                let name = trimmed.split('(').next().unwrap_or(trimmed).to_owned();
+                long.push((name, length));
+            }
+        }
+    }
+    long
+}
+
+#[test]
+fn no_file_in_src_is_over_750_lines_and_no_function_over_100() {
+    let mut files = Vec::new();
+    rust_files(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
+        &mut files,
+    );
+    let mut wrong = Vec::new();
+    for file in &files {
+        let code = std::fs::read_to_string(file).unwrap();
+        let lines = code.lines().count();
+        if lines > MAX_FILE_LINES {
+            wrong.push(format!("{}: {lines} lines", file.display()));
+        }
+        for (name, length) in long_functions(&code) {
+            wrong.push(format!("{}: {name}: {length} lines", file.display()));
+        }
+    }
+    assert!(files.len() > 100, "{} files read", files.len());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_length_check_sees_a_long_function() {
+    let body = "    x();\n".repeat(MAX_FN_LINES);
+    let code = format!("impl A {{\n    pub async fn long(&self) {{\n{body}    }}\n}}\n");
+    assert_eq!(
+        long_functions(&code),
+        [("pub async fn long".to_owned(), MAX_FN_LINES + 2)]
+    );
+    assert!(long_functions("fn short() {\n}\n").is_empty());
+}
