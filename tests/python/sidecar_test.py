@@ -12,7 +12,7 @@ proto/leasehold/v1/leasehold.proto, then:
 5. an append retried with the same request_id lands once;
 6. health answers SERVING, and a call built through server reflection alone (no proto file)
    validates the owner;
-7. examples/python/client.py runs as the guide (docs/guide/any-language.md) shows it.
+7. examples/python/client.py runs as the guide (docs/guide/5-any-language.md) shows it.
 
 Exits 0 when every check holds; prints what it saw.
 """
