@@ -1,5 +1,5 @@
-//! [`Admin::follow`]: one journal's records as they commit, from a watch that resumes after
-//! failures.
+//! [`Admin::follow`](super::Admin::follow): one journal's records as they commit, from a watch
+//! that resumes after failures.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,7 +14,7 @@ use crate::backoff::Backoff;
 use crate::etcd::Connection;
 use crate::journal::{Record, ReplayError};
 
-/// New records of one journal as they commit; see [`Admin::follow`].
+/// New records of one journal as they commit; see [`Admin::follow`](super::Admin::follow).
 #[derive(Debug)]
 pub struct Follow {
     receiver: mpsc::Receiver<Result<Record, ReplayError>>,
