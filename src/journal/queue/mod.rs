@@ -107,6 +107,12 @@ impl Drop for Member {
     }
 }
 
+/// Whether a call joins its journal behind others: the journal is in flight or listed already,
+/// so whoever listed it, or its transaction's task, pumps.
+fn joins_behind(state: &writer::State) -> bool {
+    state.in_flight || state.listed
+}
+
 /// The append transaction of `calls`' records, in order, from `first_seq` under a fresh
 /// nonce. `take` checked that the last sequence number fits.
 fn build(
@@ -287,7 +293,7 @@ impl Batcher {
             if let Some(refused) = writer.refusal(state.condition) {
                 return Err(refused);
             }
-            if state.in_flight || state.listed {
+            if joins_behind(&state) {
                 state.waiting.push_back(call);
                 return Ok(Joined::Behind);
             }
@@ -298,7 +304,8 @@ impl Batcher {
             return Err(refused);
         }
         state.waiting.push_back(call);
-        if state.in_flight || state.listed {
+        // Listed or sent since the look above.
+        if joins_behind(&state) {
             return Ok(Joined::Behind);
         }
         state.listed = true;
