@@ -8,6 +8,7 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod help;
 
 use std::collections::BTreeSet;
 use std::io::Read as _;
@@ -106,28 +107,6 @@ fn values(flag: &str) -> Vec<&'static str> {
     }
 }
 
-fn help(command: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(command)
-        .arg("--help")
-        .output()
-        .expect("runs");
-    assert!(output.status.success(), "{command:?} --help");
-    String::from_utf8(output.stdout).expect("UTF-8 help")
-}
-
-/// The subcommands a help text lists (without `help`).
-fn subcommands(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|line| *line != "Commands:")
-        .skip(1)
-        .take_while(|line| !line.trim().is_empty())
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect()
-}
-
 /// The long flags a help text lists that take a value.
 fn flags_with_values(help: &str) -> BTreeSet<String> {
     help.lines()
@@ -149,21 +128,10 @@ fn flags_with_values(help: &str) -> BTreeSet<String> {
 
 /// Every command (as its words) that runs, with the flags it takes a value for.
 fn commands() -> Vec<(Vec<String>, BTreeSet<String>)> {
-    let mut found = Vec::new();
-    let mut pending = vec![Vec::<String>::new()];
-    while let Some(path) = pending.pop() {
-        let words: Vec<&str> = path.iter().map(String::as_str).collect();
-        let text = help(&words);
-        let children = subcommands(&text);
-        if children.is_empty() {
-            found.push((path.clone(), flags_with_values(&text)));
-        }
-        for child in children {
-            let mut child_path = path.clone();
-            child_path.push(child);
-            pending.push(child_path);
-        }
-    }
+    let mut found: Vec<_> = (help::every_help().into_iter())
+        .filter(|(_, text)| help::subcommands(text).is_empty())
+        .map(|(path, text)| (path, flags_with_values(&text)))
+        .collect();
     found.sort();
     found
 }

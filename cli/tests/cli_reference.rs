@@ -17,8 +17,11 @@
 //! [`WIDTH`] columns here (the tool's clap has no `wrap_help`, so its help is not wrapped) and
 //! stripped of trailing spaces.
 
+mod help;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use help::{WIDTH, every_help};
 
 /// Where the reference lives, from the workspace's root.
 const REFERENCE: &str = "docs/cli.md";
@@ -28,57 +31,6 @@ const WRITE: &str = "LEASEHOLD_WRITE_CLI_REFERENCE";
 
 /// The command that rewrites the reference.
 const REGENERATE: &str = "LEASEHOLD_WRITE_CLI_REFERENCE=1 cargo test -p leasehold-cli --all-features --test cli_reference";
-
-/// The width the help is wrapped at.
-const WIDTH: usize = 100;
-
-/// `leasehold … --help` for `command` (words), in an empty environment but for `COLUMNS`.
-fn help(command: &[String]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(command)
-        .arg("--help")
-        .env_clear()
-        .env("COLUMNS", WIDTH.to_string())
-        .output()
-        .expect("the tool runs");
-    assert!(
-        output.status.success(),
-        "leasehold {} --help: {}",
-        command.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 help")
-}
-
-/// The subcommands a help text lists (without `help`).
-fn subcommands(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|line| *line != "Commands:")
-        .skip(1)
-        .take_while(|line| !line.trim().is_empty())
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Every command path of the tool (`[]`, `["journal"]`, `["journal", "show"]`, ...) and its
-/// help text, each command before its subcommands, in the order the help lists them.
-fn every_help() -> Vec<(Vec<String>, String)> {
-    fn walk(path: Vec<String>, found: &mut Vec<(Vec<String>, String)>) {
-        let text = help(&path);
-        let children = subcommands(&text);
-        found.push((path.clone(), text));
-        for child in children {
-            let mut child_path = path.clone();
-            child_path.push(child);
-            walk(child_path, found);
-        }
-    }
-    let mut found = Vec::new();
-    walk(Vec::new(), &mut found);
-    found
-}
 
 /// The entries of a help text's `Options:` section, each as its lines (the `--flag <VALUE>`
 /// line, then its help, indented deeper), without the blank lines that end it.

@@ -9,8 +9,11 @@
 //!   variable they name is one the tool's help lists, and every variable the help lists is
 //!   named there; the commands they show (`leasehold journal trim`, ...) exist.
 
+mod help;
+
 use std::collections::BTreeSet;
-use std::process::Command;
+
+use help::every_help;
 
 /// A chapter of the guide: its path and its text.
 macro_rules! chapter {
@@ -293,48 +296,6 @@ fn the_ratio_scanner_reads_figures_ranges_and_leaves_products_alone() {
     assert!(quoted(&ratio("1.441–1.725×"), &rows));
     assert!(quoted(&ratio("1.725×"), &rows));
     assert!(!quoted(&ratio("1.5–1.9×"), &rows));
-}
-
-/// `leasehold … --help` for `command` (words).
-fn help(command: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(command)
-        .arg("--help")
-        .env_clear()
-        .output()
-        .expect("the tool runs");
-    assert!(output.status.success(), "{command:?} --help");
-    String::from_utf8(output.stdout).expect("UTF-8 help")
-}
-
-/// The subcommands a help text lists (without `help`).
-fn subcommands(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|line| *line != "Commands:")
-        .skip(1)
-        .take_while(|line| !line.trim().is_empty())
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Every command path of the tool (`[]`, `["journal"]`, `["journal", "show"]`, ...) and its
-/// help text.
-fn every_help() -> Vec<(Vec<String>, String)> {
-    let mut found = Vec::new();
-    let mut pending = vec![Vec::<String>::new()];
-    while let Some(path) = pending.pop() {
-        let words: Vec<&str> = path.iter().map(String::as_str).collect();
-        let text = help(&words);
-        for child in subcommands(&text) {
-            let mut child_path = path.clone();
-            child_path.push(child);
-            pending.push(child_path);
-        }
-        found.push((path, text));
-    }
-    found
 }
 
 /// The long flags a help text defines (`      --keep <N>`, `  -h, --help`), not those its
