@@ -6,64 +6,14 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::fleet::{Fleet, TTL};
 use std::time::{Duration, Instant};
 
 use leasehold::admin::{Admin, AdminConnectError, DrainError, HostLookupError, MoveError};
 use leasehold::testing::wait_for;
-use leasehold::{
-    CancellationToken, ConnectError, ConnectOptions, HostOptions, RetryPolicy, Rig, SessionHost,
-    Store, Uuid,
-};
+use leasehold::{ConnectError, ConnectOptions, RetryPolicy, Uuid};
 
-const TTL: u64 = 3;
 const SESSIONS: usize = 20;
-
-async fn idle(_rig: Arc<Rig>, stop: CancellationToken) {
-    stop.cancelled().await;
-}
-
-/// Session hosts on one member, each on a store of its own with the node name given, all
-/// hosting the same sessions.
-struct Fleet {
-    stores: Vec<Arc<Store>>,
-    hosts: Vec<SessionHost>,
-}
-
-impl Fleet {
-    async fn start(etcd: &common::Etcd, names: &[&str], sessions: &[Uuid]) -> Self {
-        let (mut stores, mut hosts) = (Vec::new(), Vec::new());
-        for name in names {
-            let store = Arc::new(etcd.store(name, TTL).await);
-            hosts.push(SessionHost::start(
-                store.clone(),
-                HostOptions::default().with_settle(Duration::ZERO),
-                sessions.to_vec(),
-                idle,
-            ));
-            stores.push(store);
-        }
-        Self { stores, hosts }
-    }
-
-    fn held(&self) -> Vec<usize> {
-        self.hosts.iter().map(SessionHost::held_count).collect()
-    }
-
-    async fn holding(&self, what: &str, counts: &[usize]) {
-        wait_for(what, Duration::from_secs(30), || async {
-            (self.held() == counts).then_some(())
-        })
-        .await
-        .unwrap_or_else(|error| panic!("{error}: held {:?}", self.held()));
-    }
-
-    async fn shutdown(&self) {
-        for host in &self.hosts {
-            host.shutdown().await;
-        }
-    }
-}
 
 /// An admin of the member's namespace, connected by endpoint and namespace name.
 async fn admin(etcd: &common::Etcd) -> Admin {
@@ -199,7 +149,7 @@ async fn an_etcd_that_does_not_answer_fails_within_the_retry_deadline() {
 async fn drain_and_undrain_name_the_host_by_its_node_name() {
     let etcd = common::Etcd::start().await;
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let fleet = Fleet::start(&etcd, &["n0", "n1"], &sessions).await;
+    let fleet = Fleet::named(&etcd, &["n0", "n1"], &sessions).await;
     fleet.holding("10 each", &[10, 10]).await;
     let admin = admin(&etcd).await;
 
@@ -260,7 +210,7 @@ async fn drain_and_undrain_name_the_host_by_its_node_name() {
 async fn a_name_two_live_hosts_share_is_ambiguous_and_nothing_is_written() {
     let etcd = common::Etcd::start().await;
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let fleet = Fleet::start(&etcd, &["twin", "twin", "single"], &sessions).await;
+    let fleet = Fleet::named(&etcd, &["twin", "twin", "single"], &sessions).await;
     let admin = admin(&etcd).await;
     wait_for("three hosts listed", Duration::from_secs(10), || async {
         (admin.hosts().await.unwrap().len() == 3).then_some(())
@@ -311,7 +261,7 @@ async fn a_name_two_live_hosts_share_is_ambiguous_and_nothing_is_written() {
 async fn move_session_to_node_moves_the_session_to_the_named_host() {
     let etcd = common::Etcd::start().await;
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
-    let fleet = Fleet::start(&etcd, &["h0", "h1"], &sessions).await;
+    let fleet = Fleet::named(&etcd, &["h0", "h1"], &sessions).await;
     fleet.holding("10 each", &[10, 10]).await;
     let admin = admin(&etcd).await;
     let wait = Duration::from_secs(20);

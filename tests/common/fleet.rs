@@ -1,5 +1,6 @@
-//! Three session hosts, `h0`, `h1` and `h2`, over one set of sessions, started and balanced:
-//! what the move tests (the library's and the tool's) start from.
+//! Session hosts on one member over one set of sessions: three, `h0`, `h1` and `h2`, started and
+//! balanced, as the move tests (the library's and the tool's) start from; or named as a test
+//! needs (the admin's tests).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,12 +25,19 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// Three hosts of `sessions`, returned once each holds a third of them.
+    /// Three hosts of `sessions`, `h0`, `h1` and `h2`, returned once each holds a third of them.
     pub(crate) async fn start(etcd: &Etcd, sessions: &[Uuid]) -> Self {
-        let mut stores = Vec::new();
-        let mut hosts = Vec::new();
-        for i in 0..3 {
-            let store = Arc::new(etcd.store(&format!("h{i}"), TTL).await);
+        let fleet = Self::named(etcd, &["h0", "h1", "h2"], sessions).await;
+        fleet.balanced().await;
+        fleet
+    }
+
+    /// A host of `sessions` for each of `names` (its store's node name), each on a store of
+    /// its own, none settling; returned at once.
+    pub(crate) async fn named(etcd: &Etcd, names: &[&str], sessions: &[Uuid]) -> Self {
+        let (mut stores, mut hosts) = (Vec::new(), Vec::new());
+        for name in names {
+            let store = Arc::new(etcd.store(name, TTL).await);
             hosts.push(SessionHost::start(
                 store.clone(),
                 HostOptions::default().with_settle(Duration::ZERO),
@@ -38,13 +46,11 @@ impl Fleet {
             ));
             stores.push(store);
         }
-        let fleet = Self {
+        Self {
             stores,
             hosts,
             sessions: sessions.len(),
-        };
-        fleet.balanced().await;
-        fleet
+        }
     }
 
     /// How many sessions each host holds.
@@ -52,16 +58,27 @@ impl Fleet {
         self.hosts.iter().map(SessionHost::held_count).collect()
     }
 
-    /// Waits (up to 30 s) until each host holds a third of the sessions.
+    /// Waits (up to 30 s) until each of three hosts holds a third of the sessions.
     pub(crate) async fn balanced(&self) {
         let even = self.sessions / 3;
-        wait_for(
-            &format!("{even} sessions each"),
-            Duration::from_secs(30),
-            || async { (self.held() == [even; 3]).then_some(()) },
-        )
+        self.holding(&format!("{even} sessions each"), &[even; 3])
+            .await;
+    }
+
+    /// Waits (up to 30 s) until the hosts hold `counts` sessions, in order.
+    pub(crate) async fn holding(&self, what: &str, counts: &[usize]) {
+        wait_for(what, Duration::from_secs(30), || async {
+            (self.held() == counts).then_some(())
+        })
         .await
-        .unwrap();
+        .unwrap_or_else(|error| panic!("{error}: held {:?}", self.held()));
+    }
+
+    /// Shuts every host down, in order.
+    pub(crate) async fn shutdown(&self) {
+        for host in &self.hosts {
+            host.shutdown().await;
+        }
     }
 
     /// Whether host `host` owns `session` now.
