@@ -42,11 +42,13 @@
 use std::time::Duration;
 
 use etcd_client::{Txn, TxnResponse};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Connection;
 use super::error::{EtcdError, FailureClass};
 use crate::backoff::Backoff;
+use crate::deadline::FOREVER;
 
 /// How writes are sent and re-sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -337,6 +339,8 @@ struct Sending<'a> {
     endpoints: usize,
     /// The next send's timeout.
     timeout: Duration,
+    /// The write's deadline: no send after it.
+    give_up: Instant,
 }
 
 /// What a write does after a failed send.
@@ -353,7 +357,8 @@ enum Step {
 }
 
 impl<'a> Sending<'a> {
-    fn new(policy: &'a WritePolicy, endpoint: usize, endpoints: usize) -> Self {
+    /// A write that starts `now`, first sent to `endpoint` of `endpoints`.
+    fn new(policy: &'a WritePolicy, now: Instant, endpoint: usize, endpoints: usize) -> Self {
         Self {
             sends: Sends::NoneApplied,
             unknown: None,
@@ -361,7 +366,15 @@ impl<'a> Sending<'a> {
             endpoint,
             endpoints: endpoints.max(1),
             timeout: policy.attempt_timeout,
+            give_up: crate::deadline::deadline(now, policy.deadline.unwrap_or(FOREVER)),
         }
+    }
+
+    /// Whether the write may go on after a send that failed at `now`: not once `abandoned`,
+    /// not at or past its deadline, and then only while the caller's condition holds (asked
+    /// last, and only then).
+    fn goes_on(&self, now: Instant, abandoned: bool, go_on: impl FnOnce() -> bool) -> bool {
+        !abandoned && now < self.give_up && go_on()
     }
 
     /// A send failed with `error`. `abandoned`: it was cut short mid-flight (the store shut
@@ -405,11 +418,12 @@ pub(crate) async fn send(
     go_on: impl Fn() -> bool,
     stop: &CancellationToken,
 ) -> Written {
-    let give_up = crate::deadline::deadline(
-        tokio::time::Instant::now(),
-        policy.deadline.unwrap_or(crate::deadline::FOREVER),
+    let mut sending = Sending::new(
+        policy,
+        Instant::now(),
+        connection.preferred_index(),
+        connection.len(),
     );
-    let mut sending = Sending::new(policy, connection.preferred_index(), connection.len());
     loop {
         let attempt = tokio::select! {
             attempt = connection.attempt_on(sending.endpoint, operation, sending.timeout, |mut client| {
@@ -429,7 +443,7 @@ pub(crate) async fn send(
             Err(error) => error,
         };
         let abandoned = stop.is_cancelled();
-        let go = !abandoned && tokio::time::Instant::now() < give_up && go_on();
+        let go = sending.goes_on(Instant::now(), abandoned, &go_on);
         let shown = error.to_string();
         match sending.failed(error, abandoned, go) {
             Step::Resend { pause } => {
@@ -465,6 +479,38 @@ fn read_attempts(endpoints: usize) -> usize {
     endpoints.max(1) * 2
 }
 
+/// A resolving read's attempts: at least [`read_attempts`], and more for as long as that many
+/// could take at their whole timeout, so that an attempt that failed at once (on a connection
+/// that had just been closed, say) leaves its time to the next.
+struct ReadBudget {
+    attempts: usize,
+    made: usize,
+    until: Instant,
+}
+
+impl ReadBudget {
+    /// The budget of a read that starts `now` over `endpoints`, each attempt within `timeout`.
+    fn new(now: Instant, endpoints: usize, timeout: Duration) -> Self {
+        let attempts = read_attempts(endpoints);
+        let budget = timeout.saturating_mul(u32::try_from(attempts).unwrap_or(u32::MAX));
+        Self {
+            attempts,
+            made: 0,
+            until: crate::deadline::deadline(now, budget),
+        }
+    }
+
+    /// Whether another attempt is made at `now`; counts it if so.
+    fn another(&mut self, now: Instant) -> bool {
+        if self.made < self.attempts || now < self.until {
+            self.made += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// Whether a resolving read that failed with `error` is tried again: not when it would fail
 /// the same way.
 fn read_again(error: &EtcdError) -> bool {
@@ -475,10 +521,8 @@ fn read_again(error: &EtcdError) -> bool {
 /// failure closed is dialled again meanwhile.
 const READ_PAUSE: Duration = Duration::from_millis(50);
 
-/// The resolving read: linearizable, a few attempts across the endpoints, bounded in time.
-/// It makes at least [`read_attempts`] attempts, and goes on for as long as that many could
-/// take at their whole timeout: an attempt that failed at once (on a connection that had just
-/// been closed, say) leaves its time to the next. The error is the last attempt's.
+/// The resolving read: linearizable, a few attempts across the endpoints, bounded as
+/// [`ReadBudget`] says. The error is the last attempt's.
 pub(crate) async fn read_once(
     connection: &Connection,
     policy: &WritePolicy,
@@ -486,15 +530,13 @@ pub(crate) async fn read_once(
     stop: &CancellationToken,
 ) -> Result<TxnResponse, EtcdError> {
     const OPERATION: &str = "resolving read";
-    let attempts = read_attempts(connection.endpoints().len());
-    let budget = policy
-        .attempt_timeout
-        .saturating_mul(u32::try_from(attempts).unwrap_or(u32::MAX));
-    let until = crate::deadline::deadline(tokio::time::Instant::now(), budget);
+    let mut budget = ReadBudget::new(
+        Instant::now(),
+        connection.endpoints().len(),
+        policy.attempt_timeout,
+    );
     let mut last = EtcdError::stopped(OPERATION);
-    let mut made = 0;
-    while made < attempts || tokio::time::Instant::now() < until {
-        made += 1;
+    while budget.another(Instant::now()) {
         let attempt = tokio::select! {
             attempt = connection.attempt(OPERATION, policy.attempt_timeout, |mut client| {
                 let read = read.clone();

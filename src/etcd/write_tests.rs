@@ -176,7 +176,7 @@ fn a_write_sends_again_to_the_next_endpoint_and_reports_its_first_unknown_failur
     let policy = WritePolicy::default();
     let unavailable = || status(tonic::Code::Unavailable, "etcdserver: no leader");
     let timed_out = |n: u32| status(tonic::Code::DeadlineExceeded, &format!("timeout {n}"));
-    let mut sending = Sending::new(&policy, 2, 3);
+    let mut sending = Sending::new(&policy, Instant::now(), 2, 3);
     assert_eq!(
         (sending.endpoint, sending.timeout),
         (2, policy.attempt_timeout)
@@ -209,7 +209,7 @@ fn a_write_sends_again_to_the_next_endpoint_and_reports_its_first_unknown_failur
         step => panic!("{step:?}"),
     }
     // Refused, never maybe applied, and no going on: failed with its own error.
-    let mut sending = Sending::new(&policy, 0, 1);
+    let mut sending = Sending::new(&policy, Instant::now(), 0, 1);
     assert!(matches!(
         sending.failed(unavailable(), false, true),
         Step::Resend { .. }
@@ -220,7 +220,7 @@ fn a_write_sends_again_to_the_next_endpoint_and_reports_its_first_unknown_failur
         step => panic!("{step:?}"),
     }
     // Cut short by the store's shutdown: maybe applied, whatever it met.
-    let mut sending = Sending::new(&policy, 0, 1);
+    let mut sending = Sending::new(&policy, Instant::now(), 0, 1);
     match sending.failed(unavailable(), true, false) {
         Step::Resolve(error) => {
             assert!(format!("{error:?}").contains("no leader"), "{error:?}")
@@ -229,7 +229,7 @@ fn a_write_sends_again_to_the_next_endpoint_and_reports_its_first_unknown_failur
     }
     // Refused for space on the first send: read once.
     let space = EtcdError::no_space("append");
-    let mut sending = Sending::new(&policy, 0, 1);
+    let mut sending = Sending::new(&policy, Instant::now(), 0, 1);
     assert!(matches!(sending.failed(space, false, true), Step::Check(_)));
 }
 
@@ -251,6 +251,57 @@ fn a_resolving_read_tries_each_endpoint_twice_unless_it_would_fail_the_same_way(
         tonic::Code::PermissionDenied,
         "etcdserver: permission denied"
     )));
+}
+
+/// A write goes on while its deadline is ahead, not at it; never once abandoned; and asks the
+/// caller's condition only when nothing else has ended it.
+#[test]
+fn a_write_goes_on_until_its_deadline_not_at_it() {
+    let start = Instant::now();
+    let deadline = Duration::from_secs(2);
+    let policy = WritePolicy::default().with_deadline(deadline);
+    let sending = Sending::new(&policy, start, 0, 1);
+    let just_before = start + deadline - Duration::from_nanos(1);
+    assert!(sending.goes_on(start, false, || true));
+    assert!(sending.goes_on(just_before, false, || true));
+    assert!(!sending.goes_on(start + deadline, false, || true), "at it");
+    assert!(
+        !sending.goes_on(start, false, || false),
+        "the caller's condition"
+    );
+    let not_asked = || panic!("the condition is asked only while the write may go on");
+    assert!(!sending.goes_on(start, true, not_asked), "abandoned");
+    assert!(!sending.goes_on(start + deadline, false, not_asked));
+    // No deadline: on for as long as the caller's condition holds.
+    let forever = WritePolicy::default();
+    let sending = Sending::new(&forever, start, 0, 1);
+    assert!(sending.goes_on(start + Duration::from_secs(86_400 * 365), false, || true));
+}
+
+/// A resolving read makes its attempts however little time they took, and more while the
+/// time that many could take at their whole timeout lasts; none after both are spent.
+#[test]
+fn a_resolving_read_makes_its_attempts_then_goes_on_while_their_time_lasts() {
+    let start = Instant::now();
+    let timeout = Duration::from_secs(1);
+    // One endpoint: two attempts, two seconds.
+    let at_end = start + timeout * 2;
+    let mut budget = ReadBudget::new(start, 1, timeout);
+    assert!(budget.another(at_end), "the first attempt, however late");
+    assert!(budget.another(at_end), "the second");
+    assert!(!budget.another(at_end), "both made, the time spent");
+    assert!(!budget.another(at_end + timeout));
+    // Attempts that failed at once leave their time to more.
+    let mut budget = ReadBudget::new(start, 1, timeout);
+    let early = start + Duration::from_millis(100);
+    for n in 0..5 {
+        assert!(budget.another(early), "attempt {n} while time is left");
+    }
+    assert!(!budget.another(at_end), "none once the time is spent");
+    // Three endpoints: six attempts.
+    let mut budget = ReadBudget::new(start, 3, timeout);
+    let late = start + timeout * 6;
+    assert_eq!((0..10).filter(|_| budget.another(late)).count(), 6);
 }
 
 #[test]
