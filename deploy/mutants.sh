@@ -68,7 +68,7 @@ targets=(
 # Stage 2's groups: a file pattern, and the integration tests that aim at that code.
 groups=(
   "journal|src/journal/|journal_owner_compare journal_fencing journal_group_commit journal_shared_sessions journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
-  "acquire|src/store/acquire|lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive journal_nospace security_auth host_move"
+  "acquire|src/store/acquire|lease_acquire_moving lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive journal_nospace security_auth host_move"
   "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
   "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"
   "write|src/etcd/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover security_auth"

@@ -131,14 +131,13 @@ impl StoreShared {
         let acquiring = Acquiring::begin(&self, session);
         // A move found in the way changes the compare; a session whose move keeps changing
         // under the acquisition is reported as moving, not chased.
-        let mut sends = 0;
+        let mut chase = Chase::default();
         let outcome = loop {
-            sends += 1;
             let written = self.send_acquire(session, nonce, &node, gate).await;
             match self.settle(session, nonce, gate, written) {
                 Ok(acquired) => break Ok(acquired),
                 Err(Settled::Failed(error)) => break Err(error),
-                Err(Settled::Gate(next)) if sends < 3 => gate = next,
+                Err(Settled::Gate(next)) if chase.again() => gate = next,
                 Err(Settled::Gate(_)) => {
                     break Err(AcquireError::Moving {
                         session_id: session,
@@ -262,18 +261,11 @@ impl StoreShared {
                     return Ok(adopted(self.adopt_or_held(session, nonce, &holder)?));
                 }
                 // Not held: the move key failed the compare.
-                match gets(&response).nth(1).flatten() {
-                    Some(moving) => Err(self.moving(session, &moving)),
-                    // The move this send was gated on ended (the admin withdrew it).
-                    None if gate != Gate::NoMove => Err(Settled::Gate(Gate::NoMove)),
-                    // The compare saw a key that the get, in the same transaction, did not:
-                    // etcd never does this. Report it rather than guess.
-                    None => Err(Settled::Failed(AcquireError::Etcd(EtcdError::new(
-                        "acquire",
-                        "(txn)",
-                        etcd_client::Error::Internal("a compared key vanished inside a txn".into()),
-                    )))),
-                }
+                let moving = gets(&response).nth(1).flatten().map(|moving| InTheWay {
+                    target: MoveValue::decode(moving.value()).map(|value| value.target),
+                    mod_revision: moving.mod_revision(),
+                });
+                Err(in_the_way(self.id, session, gate, moving))
             }
             Written::Resolved { read, unknown } => match holder(&read) {
                 Some(holder) => Ok(adopted(self.adopt_or_held(session, nonce, &holder)?)),
@@ -297,20 +289,6 @@ impl StoreShared {
                 Err(AcquireError::NodeLeaseInvalid.into())
             }
             Written::Failed(error) => Err(AcquireError::Etcd(error).into()),
-        }
-    }
-
-    /// A move key found in the way: to this store, acquire in its name; else wait for it.
-    fn moving(&self, session: Uuid, moving: &KeyValue) -> Settled {
-        match MoveValue::decode(moving.value()) {
-            Some(value) if value.target == self.id => Settled::Gate(Gate::Move {
-                mod_revision: moving.mod_revision(),
-            }),
-            // A value this release does not read names no store of it.
-            value => Settled::Failed(AcquireError::Moving {
-                session_id: session,
-                target: value.map_or(Uuid::nil(), |value| value.target),
-            }),
         }
     }
 
@@ -343,7 +321,64 @@ enum Gate {
     Move { mod_revision: i64 },
 }
 
+/// The session's move key as the `else` branch of a send read it, when the session was free.
+struct InTheWay {
+    /// The store it moves to; `None`: a value this release does not read, which names no
+    /// store of it.
+    target: Option<Uuid>,
+    mod_revision: i64,
+}
+
+/// What a send whose compare failed with the session free comes to (store `id`, acquiring
+/// `session` with `gate`): the move key in the way (`None`: there is none). A move to this
+/// store: sent again in its name. To another: [`AcquireError::Moving`]. No move key while the
+/// send compared one: the move ended (the admin withdrew it), sent again comparing that there
+/// is none.
+fn in_the_way(id: Uuid, session: Uuid, gate: Gate, moving: Option<InTheWay>) -> Settled {
+    match moving {
+        Some(InTheWay {
+            target: Some(target),
+            mod_revision,
+        }) if target == id => Settled::Gate(Gate::Move { mod_revision }),
+        Some(InTheWay { target, .. }) => Settled::Failed(AcquireError::Moving {
+            session_id: session,
+            target: target.unwrap_or(Uuid::nil()),
+        }),
+        None if gate != Gate::NoMove => Settled::Gate(Gate::NoMove),
+        // The compare saw a key that the get, in the same transaction, did not: etcd never
+        // does this. Report it rather than guess.
+        None => Settled::Failed(AcquireError::Etcd(EtcdError::new(
+            "acquire",
+            "(txn)",
+            etcd_client::Error::Internal("a compared key vanished inside a txn".into()),
+        ))),
+    }
+}
+
+/// How many times one acquisition is sent again because the move key was not as it compared:
+/// a move that keeps changing under it is reported, not chased for ever.
+#[derive(Default)]
+struct Chase {
+    resent: u32,
+}
+
+impl Chase {
+    /// At most this many sends in all.
+    const SENDS: u32 = 3;
+
+    /// Whether the acquisition is sent again; counts the send if so.
+    fn again(&mut self) -> bool {
+        if self.resent + 1 < Self::SENDS {
+            self.resent += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// An acquisition that did not come to an epoch.
+#[derive(Debug)]
 enum Settled {
     /// The move key is not as this send compared it: send again, comparing this.
     Gate(Gate),
@@ -359,6 +394,62 @@ impl From<AcquireError> for Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One acquisition makes at most three sends: the first and two re-sends.
+    #[test]
+    fn a_move_that_keeps_changing_is_chased_twice_then_reported() {
+        let mut chase = Chase::default();
+        assert!(chase.again());
+        assert!(chase.again());
+        assert!(!chase.again());
+        assert!(!chase.again(), "and never again");
+    }
+
+    /// The move key in the way of a free session decides what its acquisition does next.
+    #[test]
+    fn a_move_in_the_way_is_acquired_in_its_name_waited_for_or_left_behind() {
+        let (us, other, session) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let moving = |target, mod_revision| {
+            Some(InTheWay {
+                target,
+                mod_revision,
+            })
+        };
+        let gated = Gate::Move { mod_revision: 7 };
+        for gate in [Gate::NoMove, gated] {
+            // To this store: sent again, comparing the move as read now.
+            assert!(
+                matches!(
+                    in_the_way(us, session, gate, moving(Some(us), 9)),
+                    Settled::Gate(Gate::Move { mod_revision: 9 })
+                ),
+                "{gate:?}"
+            );
+            // To another store, or one this release cannot read: moving, to that store.
+            match in_the_way(us, session, gate, moving(Some(other), 9)) {
+                Settled::Failed(AcquireError::Moving { session_id, target }) => {
+                    assert_eq!((session_id, target), (session, other))
+                }
+                settled => panic!("{settled:?}"),
+            }
+            match in_the_way(us, session, gate, moving(None, 9)) {
+                Settled::Failed(AcquireError::Moving { target, .. }) => {
+                    assert_eq!(target, Uuid::nil())
+                }
+                settled => panic!("{settled:?}"),
+            }
+        }
+        // The move the send compared has ended: sent again, comparing that there is none.
+        assert!(matches!(
+            in_the_way(us, session, gated, None),
+            Settled::Gate(Gate::NoMove)
+        ));
+        // No move key, and the send compared that there was none: etcd never does this.
+        assert!(matches!(
+            in_the_way(us, session, Gate::NoMove, None),
+            Settled::Failed(AcquireError::Etcd(_))
+        ));
+    }
 
     #[test]
     fn a_lease_lost_while_it_was_registered_is_never_handed_out() {
