@@ -2,7 +2,7 @@
 //! for tests, demos and chaos drills. (`leasehold::testing` re-exports it.)
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,6 +66,8 @@ pub struct FaultProxy {
     upstream: String,
     mode: watch::Sender<ProxyMode>,
     filter: watch::Sender<Option<Vec<u8>>>,
+    /// How many requests the filter has matched.
+    matched: Arc<AtomicUsize>,
     connections: Arc<Mutex<JoinSet<()>>>,
     accept: JoinHandle<()>,
 }
@@ -92,11 +94,12 @@ impl FaultProxy {
         let (mode, _) = watch::channel(ProxyMode::Pass);
         let (filter, _) = watch::channel(None);
         let connections = Arc::new(Mutex::new(JoinSet::new()));
+        let matched = Arc::new(AtomicUsize::new(0));
         let accept = tokio::spawn(accept_loop(
             listener,
             upstream.clone(),
             mode.clone(),
-            filter.clone(),
+            (filter.clone(), matched.clone()),
             connections.clone(),
         ));
         Ok(Self {
@@ -104,6 +107,7 @@ impl FaultProxy {
             upstream,
             mode,
             filter,
+            matched,
             connections,
             accept,
         })
@@ -164,6 +168,12 @@ impl FaultProxy {
         self.filter.send_replace(None);
     }
 
+    /// How many requests [`reject_requests_containing`](Self::reject_requests_containing)
+    /// has cut so far: each one a send that etcd never saw.
+    pub fn requests_rejected(&self) -> usize {
+        self.matched.load(Ordering::SeqCst)
+    }
+
     /// Closes every open connection once; new connections are proxied as the mode says.
     pub fn cut(&self) {
         crate::sync::lock(&self.connections).abort_all();
@@ -188,7 +198,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: String,
     mode: watch::Sender<ProxyMode>,
-    filter: watch::Sender<Option<Vec<u8>>>,
+    (filter, matched): (watch::Sender<Option<Vec<u8>>>, Arc<AtomicUsize>),
     connections: Arc<Mutex<JoinSet<()>>>,
 ) {
     loop {
@@ -205,7 +215,10 @@ async fn accept_loop(
             client,
             upstream.clone(),
             mode.subscribe(),
-            filter.subscribe(),
+            Filter {
+                pattern: filter.subscribe(),
+                matched: matched.clone(),
+            },
         ));
     }
 }
@@ -214,7 +227,7 @@ async fn proxy_connection(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<ProxyMode>,
-    filter: watch::Receiver<Option<Vec<u8>>>,
+    filter: Filter,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
@@ -267,6 +280,12 @@ async fn proxy_connection(
     }
 }
 
+/// A connection's view of the request filter: the pattern, and the count of its matches.
+struct Filter {
+    pattern: watch::Receiver<Option<Vec<u8>>>,
+    matched: Arc<AtomicUsize>,
+}
+
 /// Moves bytes one way as the mode allows, until either side closes. Requests are checked
 /// against the filter, if one is given: a match notifies `kill` instead of being forwarded.
 async fn pump(
@@ -274,7 +293,7 @@ async fn pump(
     mut to: OwnedWriteHalf,
     direction: Direction,
     mut mode: watch::Receiver<ProxyMode>,
-    filter: Option<(watch::Receiver<Option<Vec<u8>>>, &Notify)>,
+    filter: Option<(Filter, &Notify)>,
     tainted: Arc<AtomicBool>,
 ) {
     let mut buffer = vec![0u8; 16 * 1024];
@@ -306,13 +325,14 @@ async fn pump(
             continue;
         }
         if let Some((filter, kill)) = &filter {
-            let pattern = filter.borrow().clone();
+            let pattern = filter.pattern.borrow().clone();
             if let Some(pattern) = pattern {
                 carry.extend_from_slice(&buffer[..n]);
                 if carry
                     .windows(pattern.len())
                     .any(|w| w == pattern.as_slice())
                 {
+                    filter.matched.fetch_add(1, Ordering::SeqCst);
                     kill.notify_one();
                     return;
                 }

@@ -148,3 +148,48 @@ async fn a_background_release_outlasting_the_write_deadline_is_sent_again() {
     .unwrap();
     assert!(a.is_node_lease_valid(), "the node lease lived through it");
 }
+
+/// A background release ends with its node lease: once the lease its owner key is attached to
+/// is gone (revoked here, which deletes the key), nothing is left to delete, and the job stops
+/// sending.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_release_stops_sending_once_its_node_lease_is_lost() {
+    let etcd = common::Etcd::start().await;
+    let proxy = leasehold::testing::FaultProxy::start(etcd.node.endpoint())
+        .await
+        .unwrap();
+    let a = common::store(&[proxy.endpoint()], &etcd.ns, "a", 3).await;
+    let session = Uuid::new_v4();
+    let key = etcd.ns.owner_key(session);
+    let lease = a.acquire_lease(session).await.unwrap();
+    let mut raw = etcd.raw.clone();
+    let node_lease = raw.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+
+    // Every send of the release is cut before etcd sees it; the job sends it again and again.
+    proxy.reject_requests_containing(key.clone());
+    drop(lease);
+    wait_for(
+        "the release to be sent",
+        Duration::from_secs(10),
+        || async { (proxy.requests_rejected() >= 2).then_some(()) },
+    )
+    .await
+    .unwrap();
+
+    // The node lease ends under it: its keys go with it, the store's keepalive sees it gone.
+    raw.lease_revoke(node_lease).await.unwrap();
+    assert_eq!(common::create_revision(&raw, &key).await, 0);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_the_loss = proxy.requests_rejected();
+    // A job that went on would send again within this time, however its pauses grew.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        proxy.requests_rejected(),
+        after_the_loss,
+        "a release whose node lease is lost is not sent again"
+    );
+    assert!(
+        a.is_node_lease_valid(),
+        "the store goes on, on a new node lease"
+    );
+}
