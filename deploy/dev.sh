@@ -124,6 +124,28 @@ EOF
   rm -rf "$fresh"
 }
 
+# The Python package (python/), as a user gets it: built with maturin and installed into a fresh
+# virtual environment (the `leasehold` binary on its PATH), then its checks against that install.
+# The binary is built with the dev profile, reusing this run's build; users get a release one.
+check_python_package() {
+  local venv="$here/target/python-venv" etcd
+  etcd=$(etcd_binary 3.5.16)
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  say "the Python package: pip install ./python[dev] into a fresh virtual environment"
+  MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install --quiet --disable-pip-version-check "./python[dev]"
+  [ -x "$venv/bin/leasehold" ] || fail "the package did not install the leasehold binary"
+  say "the Python package: its stubs match the proto, mypy --strict"
+  (cd python && "$venv/bin/python" generate.py --check && "$venv/bin/mypy")
+  say "the Python package: pytest against etcd and the installed leasehold serve"
+  # pytest, not python -m pytest: the tests import the installed package, not python/'s source.
+  (cd python && PATH="$venv/bin:$PATH" LEASEHOLD_ETCD_BIN="$etcd" \
+    LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.5.16 timeout --kill-after=30 15m "$venv/bin/pytest" -q)
+  say "the Python package's benchmark: appends/s against raw stub calls"
+  PATH="$venv/bin:$PATH" LEASEHOLD_ETCD_BIN="$etcd" timeout 5m \
+    "$venv/bin/python" python/benches/appends.py --rounds 3
+}
+
 cmd_test() {
   ensure_toolchain
   ensure_protoc
@@ -169,6 +191,7 @@ cmd_test() {
     cargo test --all-features "${compat[@]/#/--test=}"
   say "cargo doc"
   RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+  check_python_package
 
   if command -v docker >/dev/null; then
     local leftovers

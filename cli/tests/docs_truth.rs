@@ -42,6 +42,7 @@ const DOCS: &[(&str, &str)] = &[
     ),
     ("docs/layout.md", include_str!("../../docs/layout.md")),
     ("docs/protocol.md", include_str!("../../docs/protocol.md")),
+    ("python/README.md", include_str!("../../python/README.md")),
 ];
 /// The guide's chapters, in order.
 const GUIDE: [(&str, &str); 7] = [

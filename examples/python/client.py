@@ -1,41 +1,31 @@
 """A leasehold client in Python: own a session, append to its journal, stop on loss.
 
-    python -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. \
-        proto/leasehold/v1/leasehold.proto
-    PYTHONPATH=. python examples/python/client.py 127.0.0.1:50051 SESSION-UUID
+    pip install ./python          # the package, and the `leasehold` command
+    leasehold --endpoints http://127.0.0.1:2379 serve --listen 127.0.0.1:50051 &
+    python examples/python/client.py 127.0.0.1:50051 SESSION-UUID
 """
-import queue
+
 import sys
-import threading
-import uuid
 
-import grpc
-from leasehold.v1 import leasehold_pb2 as pb, leasehold_pb2_grpc as rpc
+import leasehold
 
-address, session = sys.argv[1], sys.argv[2]
-client = rpc.LeaseholdStub(grpc.insecure_channel(address))
-requests = queue.Queue()
-requests.put(pb.AttachRequest(acquire=pb.Acquire(session=session, wait=True)))
-events = client.Attach(iter(requests.get, None))  # ownership lasts as long as this stream
 
-acquired = next(events)
-assert acquired.WhichOneof("event") == "acquired", acquired
-# The epoch is public; the token is this stream's alone: it is what lets it write.
-epoch, token = acquired.acquired.epoch, acquired.acquired.token
-print(f"owner of {session} at epoch {epoch}, journal at {acquired.acquired.tip_seq}")
-lost = threading.Event()
-threading.Thread(target=lambda: (next(events, None), lost.set()), daemon=True).start()
+def main(address: str, session: str) -> None:
+    with leasehold.connect_sync(address) as client:
+        try:
+            # Ownership lasts for the block; leaving it releases the session.
+            with client.own(session, wait=30.0) as own:
+                print(f"owner of {session} at epoch {own.epoch}, journal at {own.tip_seq}")
+                for i in range(10):
+                    # Each append carries the ownership's token and a request id of its own,
+                    # and is retried under that id: it commits once, or raises.
+                    appended = own.append(f"step {i}".encode())
+                    print(f"appended step {i} at {appended.first_seq}")
+        except leasehold.OwnershipEnded as lost:
+            sys.exit(f"lost the session: stop acting on it ({lost})")  # the one rule
+        except leasehold.Held as held:
+            sys.exit(f"held by {held.holder_node or 'another owner'} at epoch {held.holder_epoch}")
 
-for i in range(10):
-    if lost.is_set():
-        sys.exit("lost the session: stop acting on it")  # the one rule
-    request = pb.AppendRequest(session=session, epoch=epoch, token=token,
-                               payloads=[f"step {i}".encode()], request_id=str(uuid.uuid4()))
-    try:
-        appended = client.Append(request)  # on UNAVAILABLE, resend the same request
-    except grpc.RpcError as error:
-        sys.exit(f"append refused: {error.code()} {error.details()}")  # FAILED_PRECONDITION: stop
-    print(f"appended step {i} at {appended.first_seq}")
 
-requests.put(pb.AttachRequest(release=pb.Release(session=session)))
-requests.put(None)
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

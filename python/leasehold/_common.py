@@ -1,0 +1,126 @@
+"""What the asyncio and the blocking clients share: addresses, TLS, retries, request fields."""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Union
+
+import grpc
+
+from ._errors import InvalidRequest, LeaseholdError, OutcomeUnknown, Unavailable
+
+SessionId = Union[str, uuid.UUID]
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS towards the sidecar (``leasehold serve --tls-cert/--tls-key``): the CA that signed
+    its certificate (``None``: the system's roots), and a client certificate and key, for a
+    sidecar that asks for one. PEM bytes."""
+
+    root_certificates: Optional[bytes] = None
+    certificate_chain: Optional[bytes] = None
+    private_key: Optional[bytes] = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.private_key,
+            certificate_chain=self.certificate_chain,
+        )
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How an append (or a read) is sent again after ``UNAVAILABLE`` or no answer in time,
+    always under its first request id: for up to ``timeout`` seconds in all, each attempt
+    within ``attempt_timeout``, pausing ``initial`` seconds (doubling to ``maximum``, with
+    jitter, and never less than the sidecar's ``RetryInfo`` asks) between attempts."""
+
+    timeout: float = 30.0
+    attempt_timeout: float = 10.0
+    initial: float = 0.05
+    maximum: float = 2.0
+
+    def pauses(self, *, seed: Optional[int] = None) -> Iterator[float]:
+        """The pauses between attempts: growing, jittered in [p, 1.5 p), bounded."""
+        rng = random.Random(seed)
+        pause = self.initial
+        while True:
+            yield pause * (1 + rng.random() / 2)
+            pause = min(pause * 2, self.maximum)
+
+
+#: gRPC channel options. HTTP/2 pings: every 10 s while nothing is received, and any ping
+#: (gRPC's flow-control probes too) unanswered for 5 s closes the connection, so that a client
+#: learns within some 15 s that a connection stopped answering (and the ownerships on it ended:
+#: the sidecar ends them sooner, at its `--client-keepalive`). Messages as large as the sidecar
+#: takes.
+CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_time_between_pings_ms", 1_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+)
+
+
+def target(address: str) -> str:
+    """A gRPC target from an address: ``host:port``, ``unix:/path``, ``http://host:port``."""
+    for scheme in ("http://", "https://"):
+        if address.startswith(scheme):
+            return address[len(scheme) :].rstrip("/")
+    return address
+
+
+def session_id(session: SessionId) -> str:
+    """A session's id as the sidecar takes it; :class:`InvalidRequest` if it is no UUID."""
+    if isinstance(session, uuid.UUID):
+        return str(session)
+    try:
+        return str(uuid.UUID(session))
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidRequest(f"session {session!r} is not a UUID", reason="INVALID_SESSION") from None
+
+
+def wait_fields(wait: Optional[float]) -> tuple[bool, int]:
+    """``Acquire.wait`` and ``wait_ms`` for a wait in seconds: ``None`` tries once; ``math.inf``
+    waits until the session is free."""
+    if wait is None:
+        return False, 0
+    if wait < 0 or math.isnan(wait):
+        raise InvalidRequest(f"wait {wait} is not a duration", reason="INVALID_WAIT")
+    if math.isinf(wait):
+        return True, 0
+    return True, max(1, min(int(wait * 1000), 2**32 - 1))
+
+
+def request_id() -> str:
+    """A fresh request id: 32 hex digits, random."""
+    return uuid.uuid4().hex
+
+
+def retried(error: LeaseholdError) -> bool:
+    """Whether an append that failed with ``error`` is sent again under the same request id:
+    when the sidecar or etcd was unavailable, or the sidecar does not know the outcome yet (not
+    when the journal lost the evidence for good: metadata ``gone``)."""
+    if isinstance(error, OutcomeUnknown):
+        return "gone" not in error.metadata
+    return isinstance(error, Unavailable)
+
+
+def gave_up(error: LeaseholdError, request: str, attempts: int) -> LeaseholdError:
+    """What an append whose retries ran out raises: the last error, saying so."""
+    note = (
+        f" (after {attempts} attempts under request id {request}; appending again with that id"
+        " answers whether it committed, and never appends twice)"
+    )
+    kind = OutcomeUnknown if isinstance(error, OutcomeUnknown) else Unavailable
+    raised = kind(error.message + note, reason=error.reason, metadata=error.metadata, code=error.code)
+    return raised
