@@ -143,7 +143,7 @@ check_python_package() {
     LEASEHOLD_ETCD_IMAGE=leasehold-etcd:3.5.16 timeout --kill-after=30 15m "$venv/bin/pytest" -q)
   say "the Python package's benchmark: appends/s against raw stub calls"
   PATH="$venv/bin:$PATH" LEASEHOLD_ETCD_BIN="$etcd" timeout 5m \
-    "$venv/bin/python" python/benches/appends.py --rounds 3
+    "$venv/bin/python" python/benches/appends.py --rounds 5
 }
 
 cmd_test() {

@@ -54,7 +54,7 @@ class Client:
         self, address: str, *, tls: Optional[Tls] = None, retry: RetryPolicy = RetryPolicy()
     ) -> None:
         target = _common.target(address)
-        options = list(_common.CHANNEL_OPTIONS)
+        options = _common.channel_options(target)
         self._channel = (
             grpc.aio.secure_channel(target, tls.credentials(), options=options)
             if tls is not None
@@ -162,29 +162,38 @@ class Client:
         return await self._retrying(method, request, request_id=None)
 
     async def _retrying(self, method: _Unary, request: object, request_id: Optional[str]) -> Any:
-        loop = asyncio.get_running_loop()
         policy = self._retry
+        loop = asyncio.get_running_loop()
         give_up = loop.time() + policy.timeout
+        try:
+            return await method(request, timeout=policy.attempt_timeout)
+        except grpc.aio.AioRpcError as failure:
+            last = failure
+        # Failed once: again, as the retry policy says (the first attempt costs nothing more).
         pauses = policy.pauses()
-        attempts = 0
+        attempts = 1
         while True:
+            error = _retry_error(last)
+            _, _, asked = error_info(last)
+            pause = max(next(pauses), asked or 0.0)
+            if not _common.retried(error) or loop.time() + pause >= give_up:
+                if _common.retried(error) and request_id is not None:
+                    error = _common.gave_up(error, request_id, attempts)
+                error.request_id = request_id
+                raise error from None
+            await asyncio.sleep(pause)
             attempts += 1
             try:
                 return await method(request, timeout=policy.attempt_timeout)
             except grpc.aio.AioRpcError as failure:
-                error = from_rpc_error(failure)
-                if failure.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    error = Unavailable(
-                        failure.details() or "no answer in time", code=failure.code()
-                    )
-                _, _, asked = error_info(failure)
-                pause = max(next(pauses), asked or 0.0)
-                if not _common.retried(error) or loop.time() + pause >= give_up:
-                    if _common.retried(error) and request_id is not None:
-                        error = _common.gave_up(error, request_id, attempts)
-                    error.request_id = request_id
-                    raise error from None
-                await asyncio.sleep(pause)
+                last = failure
+
+
+def _retry_error(failure: grpc.aio.AioRpcError) -> LeaseholdError:
+    """A failed attempt's error; no answer in time is unavailable (the retry learns the rest)."""
+    if failure.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Unavailable(failure.details() or "no answer in time", code=failure.code())
+    return from_rpc_error(failure)
 
 
 class _Owning:

@@ -71,6 +71,16 @@ CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
 )
 
 
+def channel_options(target: str) -> list[tuple[str, object]]:
+    """The channel options for ``target``. gRPC's C core sends a Unix socket's path as the
+    ``:authority``, which the sidecar's HTTP/2 server refuses as malformed: such a channel
+    names ``localhost`` instead."""
+    options: list[tuple[str, object]] = list(CHANNEL_OPTIONS)
+    if target.startswith("unix:"):
+        options.append(("grpc.default_authority", "localhost"))
+    return options
+
+
 def target(address: str) -> str:
     """A gRPC target from an address: ``host:port``, ``unix:/path``, ``http://host:port``."""
     for scheme in ("http://", "https://"):

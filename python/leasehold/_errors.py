@@ -238,9 +238,13 @@ REASONS: dict[str, type[LeaseholdError]] = {
 }
 
 # What a status without leasehold's ErrorInfo (a transport failure, a malformed request)
-# comes to, by its code.
+# comes to, by its code. A stream reset or an unknown failure on the way (a plaintext client of
+# a TLS listener, a proxy in between) did not come from the sidecar's service: unavailable.
 _BY_CODE: dict[grpc.StatusCode, type[LeaseholdError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNKNOWN: Unavailable,
+    grpc.StatusCode.INTERNAL: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,

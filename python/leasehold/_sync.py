@@ -53,7 +53,7 @@ class SyncClient:
         self, address: str, *, tls: Optional[Tls] = None, retry: RetryPolicy = RetryPolicy()
     ) -> None:
         target = _common.target(address)
-        options = list(_common.CHANNEL_OPTIONS)
+        options = _common.channel_options(target)
         self._channel = (
             grpc.secure_channel(target, tls.credentials(), options=options)
             if tls is not None
@@ -152,24 +152,29 @@ class SyncClient:
     def _retrying(self, method: _Unary, request: object, request_id: Optional[str]) -> Any:
         policy = self._retry
         give_up = time.monotonic() + policy.timeout
+        try:
+            return method(request, timeout=policy.attempt_timeout)
+        except grpc.RpcError as failure:
+            last = failure
         pauses = policy.pauses()
-        attempts = 0
+        attempts = 1
         while True:
+            error = from_rpc_error(last)
+            if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                error = Unavailable(error.message or "no answer in time", code=error.code)
+            _, _, asked = error_info(last)
+            pause = max(next(pauses), asked or 0.0)
+            if not _common.retried(error) or time.monotonic() + pause >= give_up:
+                if _common.retried(error) and request_id is not None:
+                    error = _common.gave_up(error, request_id, attempts)
+                error.request_id = request_id
+                raise error from None
+            time.sleep(pause)
             attempts += 1
             try:
                 return method(request, timeout=policy.attempt_timeout)
             except grpc.RpcError as failure:
-                error = from_rpc_error(failure)
-                if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    error = Unavailable(error.message or "no answer in time", code=error.code)
-                _, _, asked = error_info(failure)
-                pause = max(next(pauses), asked or 0.0)
-                if not _common.retried(error) or time.monotonic() + pause >= give_up:
-                    if _common.retried(error) and request_id is not None:
-                        error = _common.gave_up(error, request_id, attempts)
-                    error.request_id = request_id
-                    raise error from None
-                time.sleep(pause)
+                last = failure
 
 
 class SyncOwn:

@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Appended:
     """An append that committed: its records' sequence numbers and the etcd revision."""
 

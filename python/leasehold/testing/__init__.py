@@ -154,9 +154,10 @@ class Etcd:
 
 
 class Sidecar:
-    """``leasehold serve`` on a free port of 127.0.0.1, over ``etcd``, in ``namespace`` (a new
-    random one by default). ``address`` is where clients connect; it stays the same across
-    :meth:`restart`."""
+    """``leasehold serve`` on a free port of 127.0.0.1 (or, with ``unix``, on a Unix socket),
+    over ``etcd``, in ``namespace`` (a new random one by default). ``address`` is where clients
+    connect; it stays the same across :meth:`restart`. ``tls``: the paths of the server's
+    certificate chain and key (PEM), for ``--listen-cert`` and ``--listen-key``."""
 
     def __init__(
         self,
@@ -166,13 +167,21 @@ class Sidecar:
         node: Optional[str] = None,
         ttl: int = 5,
         client_keepalive: str = "1s",
+        unix: bool = False,
+        tls: Optional[tuple[str, str]] = None,
         args: tuple[str, ...] = (),
     ) -> None:
         self.etcd = etcd
         self.namespace = namespace or f"test-{uuid.uuid4().hex[:12]}"
         self.node = node or f"sidecar-{uuid.uuid4().hex[:6]}"
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.port = 0 if unix else free_port()
+        self._socket = (
+            os.path.join(tempfile.mkdtemp(prefix="leasehold-serve-"), "leasehold.sock")
+            if unix
+            else None
+        )
+        self.address = f"unix:{self._socket}" if self._socket else f"127.0.0.1:{self.port}"
+        tls_args = ("--listen-cert", tls[0], "--listen-key", tls[1]) if tls else ()
         binary = os.environ.get("LEASEHOLD_BIN") or shutil.which("leasehold")
         if not binary:
             raise SetupError(
@@ -195,6 +204,7 @@ class Sidecar:
             self.address,
             "--client-keepalive",
             client_keepalive,
+            *tls_args,
             *args,
         ]
         self._process: Optional[subprocess.Popen[bytes]] = None
@@ -206,7 +216,20 @@ class Sidecar:
         log: IO[bytes] = open(self._log.name, "ab")
         self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        _wait_port("127.0.0.1", self.port, 60, "leasehold serve", self._process)
+        if self._socket is None:
+            _wait_port("127.0.0.1", self.port, 60, "leasehold serve", self._process)
+            return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise SetupError(f"leasehold serve exited with {self._process.returncode}")
+            try:
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(self._socket)
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise SetupError(f"leasehold serve did not listen on {self.address} within 60 s")
 
     @property
     def pid(self) -> int:
