@@ -80,7 +80,7 @@ class Client:
         """Ends every ownership of this client (its stream ends: the sidecar releases them) and
         closes the channel."""
         if self._attachment is not None:
-            self._attachment.close()
+            await self._attachment.close()
         await self._channel.close()
 
     def own(self, session: SessionId, *, wait: Optional[float] = None) -> _Owning:
@@ -162,6 +162,8 @@ class Client:
         return await self._retrying(method, request, request_id=None)
 
     async def _retrying(self, method: _Unary, request: object, request_id: Optional[str]) -> Any:
+        """``method(request)``, sent again (the same request) as the retry policy says; each
+        attempt within the time left. ``request_id``: an append's, which the error names."""
         policy = self._retry
         loop = asyncio.get_running_loop()
         give_up = loop.time() + policy.timeout
@@ -171,29 +173,21 @@ class Client:
             last = failure
         # Failed once: again, as the retry policy says (the first attempt costs nothing more).
         pauses = policy.pauses()
-        attempts = 1
+        attempts, unclear = 1, False
         while True:
-            error = _retry_error(last)
+            error = _common.attempt_error(last)
+            unclear = unclear or _common.unclear(error)
             _, _, asked = error_info(last)
             pause = max(next(pauses), asked or 0.0)
-            if not _common.retried(error) or loop.time() + pause >= give_up:
-                if _common.retried(error) and request_id is not None:
-                    error = _common.gave_up(error, request_id, attempts)
-                error.request_id = request_id
-                raise error from None
+            left = give_up - loop.time() - pause
+            if not _common.retried(error) or left <= 0:
+                raise _common.final(error, request_id, attempts, unclear) from None
             await asyncio.sleep(pause)
             attempts += 1
             try:
-                return await method(request, timeout=policy.attempt_timeout)
+                return await method(request, timeout=min(policy.attempt_timeout, left))
             except grpc.aio.AioRpcError as failure:
                 last = failure
-
-
-def _retry_error(failure: grpc.aio.AioRpcError) -> LeaseholdError:
-    """A failed attempt's error; no answer in time is unavailable (the retry learns the rest)."""
-    if failure.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return Unavailable(failure.details() or "no answer in time", code=failure.code())
-    return from_rpc_error(failure)
 
 
 class _Owning:
@@ -219,7 +213,14 @@ class _Owning:
     ) -> Optional[bool]:
         own = self._own
         assert own is not None
-        cancelled_by_loss = own._exit()
+        if own._cancelled and exc_type is not asyncio.CancelledError:
+            # The loss's cancel never reached the body (it ended, or raised, first): take it
+            # here, so that it does not land on the caller's next await.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                pass
+        cancelled_by_loss = own._exit(exc)
         if own.loss is None:
             await own.release()
             return None
@@ -285,19 +286,19 @@ class Own:
             token=self._token,
         )
         client = self._attachment.client
-        self._in_flight += 1
-        succeeded = False
+        # An append of the block's own task defers the loss's cancel until it is answered, so
+        # that its outcome is told; one of another task does not hold the block up.
+        in_block = self._task is not None and asyncio.current_task() is self._task
+        self._in_flight += in_block
         try:
             response = await client._retrying(client._stub.Append, request, request.request_id)
-            succeeded = True
             return Appended(int(response.first_seq), int(response.last_seq), int(response.revision))
         except OwnershipEnded as error:
             self._lose(error.metadata.get("loss") or error.reason.lower() or "fenced")
             raise
         finally:
-            self._in_flight -= 1
-            # A loss while this append was in flight cancels the block once it is answered.
-            if succeeded and self._in_flight == 0:
+            self._in_flight -= in_block
+            if self._in_flight == 0:
                 self._cancel_if_lost()
 
     async def trim(self, *, before: int) -> Trimmed:
@@ -339,23 +340,29 @@ class Own:
         if self._in_flight == 0:
             self._cancel_if_lost()
 
+    def _cancel_message(self) -> str:
+        return f"leasehold: lost {self.session} at epoch {self.epoch}"
+
     def _cancel_if_lost(self) -> None:
         if self.loss is not None and self._task is not None and not self._cancelled:
             self._cancelled = True
-            self._task.cancel(msg=f"leasehold: lost {self.session} ({self.loss})")
+            self._task.cancel(msg=self._cancel_message())
 
     def _enter(self, task: Optional[asyncio.Task[object]]) -> None:
         self._task = task
         self._cancel_if_lost()
 
-    def _exit(self) -> bool:
-        """Leaves the block; whether it was cancelled for the loss alone (that cancel is taken
-        back; one from elsewhere goes on)."""
+    def _exit(self, exc: Optional[BaseException]) -> bool:
+        """Leaves the block, which ended with ``exc``; whether it was cancelled for the loss
+        alone (that cancel is taken back; one from elsewhere goes on)."""
         task, self._task = self._task, None
         if not self._cancelled or task is None:
             return False
         uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-        return uncancel is None or uncancel() == 0
+        if uncancel is not None:
+            return bool(uncancel() == 0)
+        # Python 3.10 counts no cancels: the loss's is the one that carries its message.
+        return isinstance(exc, asyncio.CancelledError) and exc.args[:1] == (self._cancel_message(),)
 
     def _lost_error(self) -> LeaseLost:
         return LeaseLost(
@@ -395,6 +402,13 @@ class _Attachment:
                 f"this client owns or is acquiring {session} already", reason="ALREADY_OWNING"
             )
         stand_by, wait_ms = _common.wait_fields(wait)
+        # A release of this session still under way (an acquire given up, say): its answer
+        # first, so that it is not taken for this acquire's.
+        releasing = self._releasing.get(session)
+        if releasing is not None:
+            await asyncio.wait({releasing}, timeout=RELEASE_TIMEOUT)
+        if self.ended is not None:
+            raise self.ended
         answer: asyncio.Future[pb.AttachResponse] = asyncio.get_running_loop().create_future()
         self._acquiring[session] = answer
         self._requests.put_nowait(
@@ -406,6 +420,8 @@ class _Attachment:
             # Stop standing by; an ownership it brings after all is released when it arrives.
             self._acquiring.pop(session, None)
             if self.ended is None:
+                gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._releasing.setdefault(session, gone)
                 self._requests.put_nowait(pb.AttachRequest(release=pb.Release(session=session)))
             raise
         event = response.WhichOneof("event")
@@ -416,31 +432,25 @@ class _Attachment:
         if event == "held":
             held = response.held
             raise Held(session, int(held.holder_epoch), held.holder_node)
-        failed = response.failed
-        kind = _failed_error(failed.reason)
-        raise kind(failed.message, reason=failed.reason, metadata={"session": session})
+        raise _common.failed_error(response.failed)
 
     async def release(self, session: str) -> None:
         self._owns.pop(session, None)
         if self.ended is not None:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._releasing[session] = done
+        done = self._releasing.setdefault(session, done)
         self._requests.put_nowait(pb.AttachRequest(release=pb.Release(session=session)))
-        try:
-            await asyncio.wait_for(asyncio.shield(done), RELEASE_TIMEOUT)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self._releasing.pop(session, None)
+        await asyncio.wait({done}, timeout=RELEASE_TIMEOUT)
 
     def forget(self, session: str, own: Own) -> None:
         if self._owns.get(session) is own:
             del self._owns[session]
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self._requests.put_nowait(None)
         self._call.cancel()
+        await asyncio.wait({self._reader}, timeout=RELEASE_TIMEOUT)
 
     async def _read(self) -> None:
         ended: LeaseholdError
@@ -457,6 +467,10 @@ class _Attachment:
             )
         except asyncio.CancelledError:
             ended = LeaseLost("the client was closed", loss="stream_ended")
+        finally:
+            # The sender ends too (gRPC stops it only on a cancel of our own).
+            self._requests.put_nowait(None)
+            self._call.cancel()
         self.ended = ended
         failure = ended if not isinstance(ended, LeaseLost) else Unavailable(str(ended))
         for answer in self._acquiring.values():
@@ -466,6 +480,7 @@ class _Attachment:
         for done in self._releasing.values():
             if not done.done():
                 done.set_result(None)
+        self._releasing.clear()
         for own in list(self._owns.values()):
             own._lose("stream_ended")
         self._owns.clear()
@@ -488,16 +503,11 @@ class _Attachment:
                 self._owns[own.session] = own
         elif event == "released":
             session = response.released.session
-            done = self._releasing.get(session)
+            done = self._releasing.pop(session, None)
             if done is not None and not done.done():
                 done.set_result(None)
             own = self._owns.pop(session, None)
             if own is not None:
                 own._lose("released")
 
-
-def _failed_error(reason: str) -> type[LeaseholdError]:
-    from ._errors import REASONS
-
-    return REASONS.get(reason, Unavailable)
 

@@ -10,16 +10,24 @@ from typing import Iterator, Optional, Sequence, Union
 
 import grpc
 
-from ._errors import InvalidRequest, LeaseholdError, OutcomeUnknown, Unavailable
+from ._errors import (
+    REASONS,
+    InvalidRequest,
+    LeaseholdError,
+    OutcomeUnknown,
+    Unavailable,
+    from_rpc_error,
+)
+from .v1 import leasehold_pb2 as pb
 
 SessionId = Union[str, uuid.UUID]
 
 
 @dataclass(frozen=True)
 class Tls:
-    """TLS towards the sidecar (``leasehold serve --tls-cert/--tls-key``): the CA that signed
-    its certificate (``None``: the system's roots), and a client certificate and key, for a
-    sidecar that asks for one. PEM bytes."""
+    """TLS towards the sidecar (``leasehold serve --listen-cert/--listen-key``): the CA that
+    signed its certificate (``None``: the system's roots), and a client certificate and key,
+    for a sidecar that asks for one (``--listen-client-ca``). PEM bytes."""
 
     root_certificates: Optional[bytes] = None
     certificate_chain: Optional[bytes] = None
@@ -116,21 +124,59 @@ def request_id() -> str:
     return uuid.uuid4().hex
 
 
+def attempt_error(failure: grpc.RpcError) -> LeaseholdError:
+    """A failed attempt's error. No answer within the attempt's timeout is :class:`Unavailable`
+    (the next attempt, under the same request id, learns what it came to)."""
+    error = from_rpc_error(failure)
+    if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Unavailable(error.message or "no answer in time", code=error.code)
+    return error
+
+
 def retried(error: LeaseholdError) -> bool:
-    """Whether an append that failed with ``error`` is sent again under the same request id:
-    when the sidecar or etcd was unavailable, or the sidecar does not know the outcome yet (not
-    when the journal lost the evidence for good: metadata ``gone``)."""
+    """Whether a call that failed with ``error`` is sent again (the same request, an append
+    under the same request id): when the sidecar or etcd was unavailable, or the sidecar does
+    not know an append's outcome yet (not when the journal lost the evidence for good:
+    metadata ``gone``)."""
     if isinstance(error, OutcomeUnknown):
         return "gone" not in error.metadata
     return isinstance(error, Unavailable)
 
 
-def gave_up(error: LeaseholdError, request: str, attempts: int) -> LeaseholdError:
-    """What an append whose retries ran out raises: the last error, saying so."""
-    note = (
-        f" (after {attempts} attempts under request id {request}; appending again with that id"
-        " answers whether it committed, and never appends twice)"
-    )
-    kind = OutcomeUnknown if isinstance(error, OutcomeUnknown) else Unavailable
-    raised = kind(error.message + note, reason=error.reason, metadata=error.metadata, code=error.code)
-    return raised
+def unclear(error: LeaseholdError) -> bool:
+    """Whether an attempt that failed with ``error`` may have applied: no answer, a broken
+    connection, or an outcome the sidecar does not know yet. (etcd's refusal, with reason
+    ``ETCD_UNAVAILABLE``, applied nothing.)"""
+    if isinstance(error, OutcomeUnknown):
+        return True
+    return isinstance(error, Unavailable) and error.reason != "ETCD_UNAVAILABLE"
+
+
+def final(
+    error: LeaseholdError, request: Optional[str], attempts: int, maybe_applied: bool
+) -> LeaseholdError:
+    """What a call raises when it is not sent again: ``error``, or, once its retries ran out,
+    :class:`OutcomeUnknown` for an append some attempt of which may have applied (appending
+    again under ``request`` answers whether it did, and never appends twice) and
+    :class:`Unavailable` for anything else."""
+    if retried(error):
+        kind = OutcomeUnknown if request is not None and maybe_applied else Unavailable
+        note = f" (retries ran out after {attempts} attempts"
+        if request is not None:
+            note += (
+                f" under request id {request}; appending again with that id answers whether"
+                " it committed, and never appends twice"
+            )
+        error = kind(error.message + note + ")", reason=error.reason, metadata=error.metadata, code=error.code)
+    error.request_id = request
+    return error
+
+
+def failed_error(failed: pb.Failed) -> LeaseholdError:
+    """The exception for an acquisition answered ``Failed``: retryable ones are
+    :class:`Unavailable` (etcd failed, or the sidecar's node lease is not valid; a journal lost
+    while it was being fenced) unless their reason has a retryable class of its own."""
+    kind = REASONS.get(failed.reason, Unavailable)
+    if failed.retryable and not kind.retryable:
+        kind = Unavailable
+    return kind(failed.message, reason=failed.reason, metadata={"session": failed.session})

@@ -138,17 +138,19 @@ class NotHolder(OwnershipEnded):
 
 
 class OutcomeUnknown(LeaseholdError):
-    """An append may or may not have committed, and the sidecar cannot tell which.
+    """An append may or may not have committed.
 
-    The client retries with the same request id before raising this; raised, it means the
-    journal lost the evidence for good (metadata ``gone``: ``trimmed`` or ``no_fence``) or the
-    retries ran out. Replay the journal to see what is in it.
+    The client sends it again under the same request id before raising this. Raised, either
+    the sidecar says the journal lost the evidence for good (metadata ``gone``: ``trimmed`` or
+    ``no_fence``: replay the journal to see what is in it), or the retries ran out after an
+    attempt that may have applied: appending again under ``request_id`` answers whether it
+    committed, and never appends twice.
     """
 
 
 class Unavailable(LeaseholdError):
-    """The sidecar or etcd could not serve the call, and it changed nothing (or, for an append,
-    its retries under the same request id ran out). Retrying later is safe."""
+    """The sidecar or etcd could not serve the call, and the call changed nothing (an append
+    that may have applied raises :class:`OutcomeUnknown` instead). Retrying later is safe."""
 
     retryable = True
 
@@ -245,6 +247,7 @@ _BY_CODE: dict[grpc.StatusCode, type[LeaseholdError]] = {
     grpc.StatusCode.UNKNOWN: Unavailable,
     grpc.StatusCode.INTERNAL: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    grpc.StatusCode.CANCELLED: Unavailable,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,

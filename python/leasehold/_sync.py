@@ -157,22 +157,19 @@ class SyncClient:
         except grpc.RpcError as failure:
             last = failure
         pauses = policy.pauses()
-        attempts = 1
+        attempts, unclear = 1, False
         while True:
-            error = from_rpc_error(last)
-            if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                error = Unavailable(error.message or "no answer in time", code=error.code)
+            error = _common.attempt_error(last)
+            unclear = unclear or _common.unclear(error)
             _, _, asked = error_info(last)
             pause = max(next(pauses), asked or 0.0)
-            if not _common.retried(error) or time.monotonic() + pause >= give_up:
-                if _common.retried(error) and request_id is not None:
-                    error = _common.gave_up(error, request_id, attempts)
-                error.request_id = request_id
-                raise error from None
+            left = give_up - time.monotonic() - pause
+            if not _common.retried(error) or left <= 0:
+                raise _common.final(error, request_id, attempts, unclear) from None
             time.sleep(pause)
             attempts += 1
             try:
-                return method(request, timeout=policy.attempt_timeout)
+                return method(request, timeout=min(policy.attempt_timeout, left))
             except grpc.RpcError as failure:
                 last = failure
 
@@ -214,6 +211,13 @@ class SyncOwn:
     def is_valid(self) -> bool:
         """Whether the ownership still holds, as far as this client knows."""
         return not self.lost.is_set()
+
+    def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Waits until the ownership ends (at most ``timeout`` s); why (``released`` if it was
+        released), or ``None`` if it still holds."""
+        if not self.lost.wait(timeout):
+            return None
+        return self.loss or "released"
 
     def append(self, *payloads: Payload, request_id: Optional[str] = None) -> Appended:
         """Appends ``payloads`` to the journal, exactly once (see :meth:`leasehold.Own.append`)."""
@@ -295,6 +299,15 @@ class _SyncAttachment:
         stand_by, wait_ms = _common.wait_fields(wait)
         answer: Future[pb.AttachResponse] = Future()
         with self._lock:
+            releasing = self._releasing.get(session)
+        if releasing is not None:
+            # A release of this session still under way: its answer first (see the asyncio
+            # client's).
+            try:
+                releasing.result(timeout=RELEASE_TIMEOUT)
+            except FutureTimeout:
+                pass
+        with self._lock:
             if self.ended is not None:
                 raise self.ended
             if session in self._acquiring or session in self._owns:
@@ -306,7 +319,19 @@ class _SyncAttachment:
         self._requests.put(
             pb.AttachRequest(acquire=pb.Acquire(session=session, wait=stand_by, wait_ms=wait_ms))
         )
-        response = answer.result()
+        try:
+            response = answer.result()
+        except BaseException:
+            # Interrupted (or the stream ended): stop standing by; an ownership it brings after
+            # all is released when it arrives.
+            with self._lock:
+                self._acquiring.pop(session, None)
+                ended = self.ended is not None
+                if not ended:
+                    self._releasing.setdefault(session, Future())
+            if not ended:
+                self._requests.put(pb.AttachRequest(release=pb.Release(session=session)))
+            raise
         event = response.WhichOneof("event")
         if event == "acquired":
             own = SyncOwn(self, session, response.acquired)
@@ -315,25 +340,19 @@ class _SyncAttachment:
             return own
         if event == "held":
             raise Held(session, int(response.held.holder_epoch), response.held.holder_node)
-        failed = response.failed
-        kind = REASONS.get(failed.reason, Unavailable)
-        raise kind(failed.message, reason=failed.reason, metadata={"session": session})
+        raise _common.failed_error(response.failed)
 
     def release(self, session: str) -> None:
-        done: Future[None] = Future()
         with self._lock:
             self._owns.pop(session, None)
             if self.ended is not None:
                 return
-            self._releasing[session] = done
+            done = self._releasing.setdefault(session, Future())
         self._requests.put(pb.AttachRequest(release=pb.Release(session=session)))
         try:
             done.result(timeout=RELEASE_TIMEOUT)
         except FutureTimeout:
             pass
-        finally:
-            with self._lock:
-                self._releasing.pop(session, None)
 
     def forget(self, session: str, own: SyncOwn) -> None:
         with self._lock:
@@ -355,9 +374,12 @@ class _SyncAttachment:
             cause = from_rpc_error(error)
             ended = (
                 cause
-                if not isinstance(cause, Unavailable) and cause.code != grpc.StatusCode.CANCELLED
+                if not isinstance(cause, Unavailable)
                 else LeaseLost(f"the ownership stream broke: {cause}", loss="stream_ended")
             )
+        finally:
+            # The sender ends too (gRPC stops it only on a cancel of our own).
+            self._requests.put(None)
         with self._lock:
             self.ended = ended
             acquiring, self._acquiring = self._acquiring, {}
@@ -391,7 +413,7 @@ class _SyncAttachment:
         elif event == "released":
             session = response.released.session
             with self._lock:
-                done = self._releasing.get(session)
+                done = self._releasing.pop(session, None)
                 own = self._owns.get(session)
             if done is not None and not done.done():
                 done.set_result(None)

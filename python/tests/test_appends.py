@@ -37,8 +37,10 @@ def test_an_append_whose_answer_was_lost_is_retried_across_a_sidecar_restart_and
                     restart = threading.Timer(1.0, restart_and_heal)
                     restart.start()
                     seen.append(await own.append(b"once"))
-                    await asyncio.sleep(3600)  # the loss cancels this
+                    # The block ends here, before the loss's cancel reached it: the cancel is
+                    # taken at its end, and never lands on an await after it.
             restart.join()
+            await asyncio.sleep(0.1)
 
     def restart_and_heal() -> None:
         leasehold_sidecar.restart()
@@ -183,3 +185,39 @@ def test_a_standby_takes_the_session_when_its_holder_lets_go(leasehold_sidecar: 
             await second.release()  # idempotent
 
     asyncio.run(main())
+
+
+def test_an_append_whose_retries_run_out_after_it_may_have_applied_is_outcome_unknown(
+    leasehold_fault: FaultProxy, leasehold_sidecar: Sidecar
+) -> None:
+    """Its answers dropped until the retries run out: OutcomeUnknown (never Unavailable, which
+    says nothing changed), naming the request id; the journal holds it once. The loss that
+    came meanwhile (the client found the stream's connection dead) still cancels the block,
+    though its body caught the error."""
+    session = str(uuid.uuid4())
+    # Longer than the client takes to find its connection dead (a ping unanswered for 5 s):
+    # the loss comes while the append is still being retried.
+    quick = leasehold.RetryPolicy(timeout=9.0, attempt_timeout=0.5)
+    caught: list[leasehold.LeaseholdError] = []
+
+    async def main() -> None:
+        async with leasehold.connect(leasehold_fault.address, retry=quick) as client:
+            with pytest.raises(leasehold.LeaseLost):
+                async with client.own(session) as own:
+                    await own.append(b"before")
+                    leasehold_fault.drop_replies()
+                    try:
+                        await own.append(b"maybe")
+                    except leasehold.LeaseholdError as error:
+                        caught.append(error)
+                    await asyncio.sleep(3600)  # the loss cancels this
+        leasehold_fault.heal()
+
+    asyncio.run(within("the test", main(), 30))
+    (unknown,) = caught
+    assert isinstance(unknown, leasehold.OutcomeUnknown), repr(unknown)
+    assert unknown.request_id, unknown
+    with leasehold.connect_sync(leasehold_sidecar.address) as reader:
+        events = [r.event for r in reader.replay(session)]
+    assert events == [b"before", b"maybe"], events
+

@@ -104,8 +104,13 @@ class Etcd:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        _wait_port("127.0.0.1", client, 30, f"etcd ({binary})", process)
-        return Etcd(endpoint, process, data)
+        etcd = Etcd(endpoint, process, data)
+        try:
+            _wait_port("127.0.0.1", client, 30, f"etcd ({binary})", process)
+        except SetupError:
+            etcd.stop()
+            raise
+        return etcd
 
     @staticmethod
     def _container_from(image: str) -> Etcd:
@@ -181,6 +186,8 @@ class Sidecar:
             else None
         )
         self.address = f"unix:{self._socket}" if self._socket else f"127.0.0.1:{self.port}"
+        #: What it printed, as of :meth:`close`.
+        self.log_text = ""
         tls_args = ("--listen-cert", tls[0], "--listen-key", tls[1]) if tls else ()
         binary = os.environ.get("LEASEHOLD_BIN") or shutil.which("leasehold")
         if not binary:
@@ -208,12 +215,17 @@ class Sidecar:
             *args,
         ]
         self._process: Optional[subprocess.Popen[bytes]] = None
-        self._log = tempfile.NamedTemporaryFile(prefix="leasehold-serve-", suffix=".log", delete=False)
-        self.start()
+        with tempfile.NamedTemporaryFile(prefix="leasehold-serve-", suffix=".log", delete=False) as log:
+            self._log = log.name
+        try:
+            self.start()
+        except SetupError as error:
+            self.close()
+            raise SetupError(f"{error}; it printed:\n{self.log_text}") from None
 
     def start(self) -> None:
         """Starts it (again), and waits until it serves."""
-        log: IO[bytes] = open(self._log.name, "ab")
+        log: IO[bytes] = open(self._log, "ab")
         self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         if self._socket is None:
@@ -238,8 +250,11 @@ class Sidecar:
 
     def log(self) -> str:
         """What it printed so far."""
-        with open(self._log.name, "rb") as log:
-            return log.read().decode(errors="replace")
+        try:
+            with open(self._log, "rb") as log:
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def kill(self) -> None:
         """SIGKILL: it ends at once, releasing nothing; its node lease ends with its TTL."""
@@ -277,9 +292,13 @@ class Sidecar:
         return int(self._process.returncode)
 
     def close(self) -> None:
-        """Stops it and removes its log."""
+        """Stops it and removes its log (and its socket's directory)."""
+        self.log_text = self.log()
         self.stop()
-        os.unlink(self._log.name)
+        if os.path.exists(self._log):
+            os.unlink(self._log)
+        if self._socket is not None:
+            shutil.rmtree(os.path.dirname(self._socket), ignore_errors=True)
 
     def __enter__(self) -> Sidecar:
         return self

@@ -16,8 +16,8 @@ class _Mode(enum.Enum):
 
 
 class FaultProxy:
-    """Forwards 127.0.0.1:``port`` to ``upstream`` (``host:port``). ``address`` is where the
-    client connects instead of the sidecar.
+    """Forwards 127.0.0.1:``port`` to ``upstream`` (``host:port``, TCP). ``address`` is where
+    the client connects instead of the sidecar.
 
     - :meth:`freeze`: every byte is held, both ways, until :meth:`heal`: to the sidecar the
       client stops answering (its keepalive pings too), as a frozen process would;
@@ -109,6 +109,8 @@ class FaultProxy:
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -121,14 +123,18 @@ class FaultProxy:
             client_writer.close()
             self._connections.discard(task)
             return
+        pumps = {
+            asyncio.ensure_future(self._pump(client_reader, server_writer, reply=False, task=task)),
+            asyncio.ensure_future(self._pump(server_reader, client_writer, reply=True, task=task)),
+        }
         try:
-            await asyncio.gather(
-                self._pump(client_reader, server_writer, reply=False, task=task),
-                self._pump(server_reader, client_writer, reply=True, task=task),
-            )
-        except (asyncio.CancelledError, OSError):
+            # Whichever way closes first closes the connection.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
             pass
         finally:
+            for pump in pumps:
+                pump.cancel()
             self._connections.discard(task)
             self._tainted.discard(task)
             for writer in (client_writer, server_writer):
