@@ -137,13 +137,10 @@ impl StoreShared {
             match self.settle(session, nonce, gate, written) {
                 Ok(acquired) => break Ok(acquired),
                 Err(Settled::Failed(error)) => break Err(error),
-                Err(Settled::Gate(next)) if chase.again() => gate = next,
-                Err(Settled::Gate(_)) => {
-                    break Err(AcquireError::Moving {
-                        session_id: session,
-                        target: self.id,
-                    });
-                }
+                Err(Settled::Gate(next)) => match chase.again(next, session, self.id) {
+                    Ok(next) => gate = next,
+                    Err(moving) => break Err(moving),
+                },
             }
         };
         let state = outcome.as_ref().ok().map(|(epoch, seen)| {
@@ -366,13 +363,18 @@ impl Chase {
     /// At most this many sends in all.
     const SENDS: u32 = 3;
 
-    /// Whether the acquisition is sent again; counts the send if so.
-    fn again(&mut self) -> bool {
+    /// After a send of store `id`'s acquisition of `session` that met the move key not as it
+    /// compared: the gate it is sent again with (`next`, counted), or, once the move changed
+    /// under every send, [`AcquireError::Moving`] to this store.
+    fn again(&mut self, next: Gate, session: Uuid, id: Uuid) -> Result<Gate, AcquireError> {
         if self.resent + 1 < Self::SENDS {
             self.resent += 1;
-            true
+            Ok(next)
         } else {
-            false
+            Err(AcquireError::Moving {
+                session_id: session,
+                target: id,
+            })
         }
     }
 }
@@ -395,14 +397,24 @@ impl From<AcquireError> for Settled {
 mod tests {
     use super::*;
 
-    /// One acquisition makes at most three sends: the first and two re-sends.
+    /// One acquisition makes at most three sends: the first and two re-sends, each with the
+    /// gate the send before it found; then the session is reported moving, to this store.
     #[test]
     fn a_move_that_keeps_changing_is_chased_twice_then_reported() {
+        let (us, session) = (Uuid::new_v4(), Uuid::new_v4());
         let mut chase = Chase::default();
-        assert!(chase.again());
-        assert!(chase.again());
-        assert!(!chase.again());
-        assert!(!chase.again(), "and never again");
+        for mod_revision in [7, 9] {
+            let next = Gate::Move { mod_revision };
+            assert_eq!(chase.again(next, session, us).unwrap(), next);
+        }
+        for _ in 0..2 {
+            match chase.again(Gate::NoMove, session, us) {
+                Err(AcquireError::Moving { session_id, target }) => {
+                    assert_eq!((session_id, target), (session, us))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     /// The move key in the way of a free session decides what its acquisition does next.
