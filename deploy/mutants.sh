@@ -8,6 +8,10 @@
 #                                  tests; the mutated code must not have moved since stage 1)
 #   ./deploy/mutants.sh --list     the mutants it would try, and how many
 #
+#   MUTANTS_FILES="src/store/acquire.rs" ./deploy/mutants.sh
+#                                  only those of the files below (both stages), with results
+#                                  under target/mutants/only/: a file again after a new test
+#
 # What it mutates: the transaction builders (acquire, fence, append, guarded deletes,
 # `Ownership::guard`), the write path's decision table, validity, the registry's verdict, the
 # owner-watch snapshot, the keepalive driver's step machine, the backoff, and record decoding.
@@ -30,6 +34,8 @@ cd "$(dirname "$0")/.."
 here=$(pwd)
 out=$here/target/mutants
 tree=$out/tree
+# (A run of some files keeps its results apart from the full run's, in a worktree of its own.)
+[ -n "${MUTANTS_FILES:-}" ] && out=$out/only && tree=$out/tree
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -65,6 +71,15 @@ targets=(
   # record decoding
   'src/journal/record\.rs:.*(decode_record|decode_tip|seq_of_key|Reader|:2[67]:)'
 )
+if [ -n "${MUTANTS_FILES:-}" ]; then
+  read -r -a only <<<"$MUTANTS_FILES"
+  keep() { local item=$1 file; for file in "${only[@]}"; do [[ $item == "$file"* ]] && return 0; done; return 1; }
+  kept=(); for file in "${files[@]}"; do keep "$file" && kept+=("$file"); done
+  [ ${#kept[@]} -gt 0 ] || { say "MUTANTS_FILES names none of: ${files[*]}"; exit 2; }
+  files=("${kept[@]}")
+  kept=(); for target in "${targets[@]}"; do keep "${target//\\/}" && kept+=("$target"); done
+  targets=("${kept[@]}")
+fi
 # Stage 2's groups: a file pattern, and the integration tests that aim at that code.
 groups=(
   "journal|src/journal/|journal_owner_compare journal_fencing journal_group_commit journal_shared_sessions journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
