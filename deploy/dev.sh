@@ -179,7 +179,7 @@ cmd_test() {
   # metrics tests, the CLI and harness tests.
   local compat=(harness_single_member harness_namespaces
     lease_epochs lease_release lease_watch_loss lease_standby lease_store_close lease_one_node_lease
-    lease_watch_resume lease_no_zombies lease_acquire_unknown lease_shared_writes
+    lease_watch_resume lease_no_zombies lease_acquire_unknown lease_acquire_moving lease_shared_writes
     journal_open journal_limits journal_replay journal_retention journal_fencing journal_group_commit
     journal_shared_sessions journal_handover journal_unknown_outcome journal_owner_compare
     journal_idempotency
