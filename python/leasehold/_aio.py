@@ -12,16 +12,14 @@ import grpc.aio
 from . import _common
 from ._common import RetryPolicy, SessionId, Tls
 from ._errors import (
-    Empty,
     Held,
     LeaseholdError,
     LeaseLost,
     OwnershipEnded,
     Unavailable,
-    error_info,
     from_rpc_error,
 )
-from ._types import Appended, Owner, OwnerChange, Payload, Record, Trimmed, payload_bytes
+from ._types import Appended, Owner, OwnerChange, Payload, Record, Trimmed
 from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as rpc
 
@@ -164,28 +162,18 @@ class Client:
     async def _retrying(self, method: _Unary, request: object, request_id: Optional[str]) -> Any:
         """``method(request)``, sent again (the same request) as the retry policy says; each
         attempt within the time left. ``request_id``: an append's, which the error names."""
-        policy = self._retry
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + policy.timeout
+        started = loop.time()
         try:
-            return await method(request, timeout=policy.attempt_timeout)
+            return await method(request, timeout=self._retry.attempt_timeout)
         except grpc.aio.AioRpcError as failure:
             last = failure
         # Failed once: again, as the retry policy says (the first attempt costs nothing more).
-        pauses = policy.pauses()
-        attempts, unclear = 1, False
+        retry = _common.Retry(self._retry, started, request_id)
         while True:
-            error = _common.attempt_error(last)
-            unclear = unclear or _common.unclear(error)
-            _, _, asked = error_info(last)
-            pause = max(next(pauses), asked or 0.0)
-            left = give_up - loop.time() - pause
-            if not _common.retried(error) or left <= 0:
-                raise _common.final(error, request_id, attempts, unclear) from None
-            await asyncio.sleep(pause)
-            attempts += 1
+            await asyncio.sleep(retry.after(last, loop.time()))
             try:
-                return await method(request, timeout=min(policy.attempt_timeout, left))
+                return await method(request, timeout=retry.timeout)
             except grpc.aio.AioRpcError as failure:
                 last = failure
 
@@ -233,33 +221,20 @@ class _Owning:
         raise own._lost_error()
 
 
-class Own:
+class Own(_common.Ownership):
     """One ownership of a session: its epoch, its journal's tip when it was fenced, and its
     writes. Everything written through it carries the ownership's token, which never leaves it."""
 
     def __init__(
         self, attachment: _Attachment, session: str, acquired: pb.Acquired
     ) -> None:
+        super().__init__(session, acquired)
         self._attachment = attachment
-        #: The session.
-        self.session = session
-        #: The epoch: the owner key's create revision in etcd; it increases across owners.
-        self.epoch = int(acquired.epoch)
-        #: The journal's last sequence number when this ownership fenced it.
-        self.tip_seq = int(acquired.tip_seq)
-        self._token = bytes(acquired.token)
         #: Set when the ownership ends (lost or released).
         self.lost = asyncio.Event()
-        #: Why it was lost (``None`` while it holds, or once released).
-        self.loss: Optional[str] = None
-        self._released = False
         self._task: Optional[asyncio.Task[object]] = None
         self._in_flight = 0
         self._cancelled = False
-
-    def __repr__(self) -> str:
-        state = "holding" if self.is_valid() else f"lost ({self.loss})" if self.loss else "released"
-        return f"Own(session={self.session!r}, epoch={self.epoch}, {state})"
 
     def is_valid(self) -> bool:
         """Whether the ownership still holds, as far as this client knows."""
@@ -274,17 +249,7 @@ class Own:
         :class:`Fenced`/:class:`NotHolder` if etcd or the sidecar refuse it, and
         :class:`Unavailable`/:class:`OutcomeUnknown` only when the retries ran out (or the
         sidecar says it cannot know)."""
-        if self.loss is not None or self._released:
-            raise self._lost_error()
-        if not payloads:
-            raise Empty("an append needs at least one record", reason="EMPTY")
-        request = pb.AppendRequest(
-            session=self.session,
-            epoch=self.epoch,
-            payloads=[payload_bytes(p) for p in payloads],
-            request_id=request_id or _common.request_id(),
-            token=self._token,
-        )
+        request = self._append_request(payloads, request_id)
         client = self._attachment.client
         # An append of the block's own task defers the loss's cancel until it is answered, so
         # that its outcome is told; one of another task does not hold the block up.
@@ -292,9 +257,9 @@ class Own:
         self._in_flight += in_block
         try:
             response = await client._retrying(client._stub.Append, request, request.request_id)
-            return Appended(int(response.first_seq), int(response.last_seq), int(response.revision))
+            return Appended._from(response)
         except OwnershipEnded as error:
-            self._lose(error.metadata.get("loss") or error.reason.lower() or "fenced")
+            self._lose(self._loss_of(error))
             raise
         finally:
             self._in_flight -= in_block
@@ -303,16 +268,12 @@ class Own:
 
     async def trim(self, *, before: int) -> Trimmed:
         """Removes the journal's records before ``before`` (the last record is always kept)."""
-        if self.loss is not None or self._released:
-            raise self._lost_error()
-        request = pb.TrimRequest(
-            session=self.session, epoch=self.epoch, token=self._token, before=before
-        )
+        request = self._trim_request(before)
         client = self._attachment.client
         try:
             response = await client._retrying(client._stub.Trim, request, None)
         except OwnershipEnded as error:
-            self._lose(error.metadata.get("loss") or error.reason.lower() or "fenced")
+            self._lose(self._loss_of(error))
             raise
         return Trimmed(int(response.base), int(response.removed))
 
@@ -363,13 +324,6 @@ class Own:
             return bool(uncancel() == 0)
         # Python 3.10 counts no cancels: the loss's is the one that carries its message.
         return isinstance(exc, asyncio.CancelledError) and exc.args[:1] == (self._cancel_message(),)
-
-    def _lost_error(self) -> LeaseLost:
-        return LeaseLost(
-            f"session {self.session} at epoch {self.epoch} is no longer owned",
-            loss=self.loss or "released",
-            metadata={"session": self.session, "epoch": str(self.epoch)},
-        )
 
 
 class _Attachment:

@@ -12,12 +12,17 @@ import grpc
 
 from ._errors import (
     REASONS,
+    Empty,
     InvalidRequest,
     LeaseholdError,
+    LeaseLost,
     OutcomeUnknown,
+    OwnershipEnded,
     Unavailable,
+    error_info,
     from_rpc_error,
 )
+from ._types import Payload, payload_bytes
 from .v1 import leasehold_pb2 as pb
 
 SessionId = Union[str, uuid.UUID]
@@ -119,7 +124,7 @@ def wait_fields(wait: Optional[float]) -> tuple[bool, int]:
     return True, max(1, min(int(wait * 1000), 2**32 - 1))
 
 
-def request_id() -> str:
+def new_request_id() -> str:
     """A fresh request id: 32 hex digits, random."""
     return uuid.uuid4().hex
 
@@ -152,6 +157,35 @@ def unclear(error: LeaseholdError) -> bool:
     return isinstance(error, Unavailable) and error.reason != "ETCD_UNAVAILABLE"
 
 
+class Retry:
+    """A call's attempts after its first failed, under ``policy`` (both clients' loops): the
+    pause before each, its timeout, and the error raised when none follows."""
+
+    def __init__(self, policy: RetryPolicy, started: float, request_id: Optional[str]) -> None:
+        self._policy = policy
+        self._give_up = started + policy.timeout
+        self._request_id = request_id
+        self._pauses = policy.pauses()
+        self._attempts = 1
+        self._unclear = False
+        #: The next attempt's timeout: the policy's, within the time left.
+        self.timeout = policy.attempt_timeout
+
+    def after(self, failure: grpc.RpcError, now: float) -> float:
+        """The pause before the next attempt, after one that failed with ``failure`` at
+        ``now``; raises the call's final error when there is none (see :func:`final`)."""
+        error = attempt_error(failure)
+        self._unclear = self._unclear or unclear(error)
+        _, _, asked = error_info(failure)
+        pause = max(next(self._pauses), asked or 0.0)
+        left = self._give_up - now - pause
+        if not retried(error) or left <= 0:
+            raise final(error, self._request_id, self._attempts, self._unclear) from None
+        self._attempts += 1
+        self.timeout = min(self._policy.attempt_timeout, left)
+        return pause
+
+
 def final(
     error: LeaseholdError, request: Optional[str], attempts: int, maybe_applied: bool
 ) -> LeaseholdError:
@@ -180,3 +214,63 @@ def failed_error(failed: pb.Failed) -> LeaseholdError:
     if failed.retryable and not kind.retryable:
         kind = Unavailable
     return kind(failed.message, reason=failed.reason, metadata={"session": failed.session})
+
+
+class Ownership:
+    """What an ownership of either client holds and checks: its epoch, its journal's tip when
+    it was fenced, its token (which never leaves it), and how it ended."""
+
+    def __init__(self, session: str, acquired: pb.Acquired) -> None:
+        #: The session.
+        self.session = session
+        #: The epoch: the owner key's create revision in etcd; it increases across owners.
+        self.epoch = int(acquired.epoch)
+        #: The journal's last sequence number when this ownership fenced it.
+        self.tip_seq = int(acquired.tip_seq)
+        self._token = bytes(acquired.token)
+        #: Why it was lost (``None`` while it holds, or once released).
+        self.loss: Optional[str] = None
+        self._released = False
+
+    def __repr__(self) -> str:
+        ended = self.loss is not None or self._released
+        state = f"lost ({self.loss})" if self.loss else "released" if ended else "holding"
+        return f"{type(self).__name__}(session={self.session!r}, epoch={self.epoch}, {state})"
+
+    def _holding(self) -> None:
+        """Raises :class:`LeaseLost` once the ownership has ended."""
+        if self.loss is not None or self._released:
+            raise self._lost_error()
+
+    def _append_request(
+        self, payloads: tuple[Payload, ...], request_id: Optional[str]
+    ) -> pb.AppendRequest:
+        """The append of ``payloads`` under this ownership (a fresh request id if none)."""
+        self._holding()
+        if not payloads:
+            raise Empty("an append needs at least one record", reason="EMPTY")
+        return pb.AppendRequest(
+            session=self.session,
+            epoch=self.epoch,
+            payloads=[payload_bytes(p) for p in payloads],
+            request_id=request_id or new_request_id(),
+            token=self._token,
+        )
+
+    def _trim_request(self, before: int) -> pb.TrimRequest:
+        self._holding()
+        return pb.TrimRequest(
+            session=self.session, epoch=self.epoch, token=self._token, before=before
+        )
+
+    @staticmethod
+    def _loss_of(error: OwnershipEnded) -> str:
+        """The loss a write refused as ``error`` tells of."""
+        return error.metadata.get("loss") or error.reason.lower() or "fenced"
+
+    def _lost_error(self) -> LeaseLost:
+        return LeaseLost(
+            f"session {self.session} at epoch {self.epoch} is no longer owned",
+            loss=self.loss or "released",
+            metadata={"session": self.session, "epoch": str(self.epoch)},
+        )

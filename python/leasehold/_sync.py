@@ -16,17 +16,14 @@ import grpc
 from . import _common
 from ._common import RetryPolicy, SessionId, Tls
 from ._errors import (
-    REASONS,
-    Empty,
     Held,
     LeaseholdError,
     LeaseLost,
     OwnershipEnded,
     Unavailable,
-    error_info,
     from_rpc_error,
 )
-from ._types import Appended, Owner, OwnerChange, Payload, Record, Trimmed, payload_bytes
+from ._types import Appended, Owner, OwnerChange, Payload, Record, Trimmed
 from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as rpc
 
@@ -150,49 +147,29 @@ class SyncClient:
         return int(self._retrying(self._stub.Delete, request, None).keys)
 
     def _retrying(self, method: _Unary, request: object, request_id: Optional[str]) -> Any:
-        policy = self._retry
-        give_up = time.monotonic() + policy.timeout
+        started = time.monotonic()
         try:
-            return method(request, timeout=policy.attempt_timeout)
+            return method(request, timeout=self._retry.attempt_timeout)
         except grpc.RpcError as failure:
             last = failure
-        pauses = policy.pauses()
-        attempts, unclear = 1, False
+        retry = _common.Retry(self._retry, started, request_id)
         while True:
-            error = _common.attempt_error(last)
-            unclear = unclear or _common.unclear(error)
-            _, _, asked = error_info(last)
-            pause = max(next(pauses), asked or 0.0)
-            left = give_up - time.monotonic() - pause
-            if not _common.retried(error) or left <= 0:
-                raise _common.final(error, request_id, attempts, unclear) from None
-            time.sleep(pause)
-            attempts += 1
+            time.sleep(retry.after(last, time.monotonic()))
             try:
-                return method(request, timeout=min(policy.attempt_timeout, left))
+                return method(request, timeout=retry.timeout)
             except grpc.RpcError as failure:
                 last = failure
 
 
-class SyncOwn:
+class SyncOwn(_common.Ownership):
     """One ownership of a session (see :class:`leasehold.Own`); :attr:`lost` is a
     ``threading.Event``."""
 
     def __init__(self, attachment: _SyncAttachment, session: str, acquired: pb.Acquired) -> None:
+        super().__init__(session, acquired)
         self._attachment = attachment
-        self.session = session
-        self.epoch = int(acquired.epoch)
-        self.tip_seq = int(acquired.tip_seq)
-        self._token = bytes(acquired.token)
         #: Set when the ownership ends (lost or released).
         self.lost = threading.Event()
-        #: Why it was lost (``None`` while it holds, or once released).
-        self.loss: Optional[str] = None
-        self._released = False
-
-    def __repr__(self) -> str:
-        state = "holding" if self.is_valid() else f"lost ({self.loss})" if self.loss else "released"
-        return f"SyncOwn(session={self.session!r}, epoch={self.epoch}, {state})"
 
     def __enter__(self) -> SyncOwn:
         return self
@@ -221,37 +198,23 @@ class SyncOwn:
 
     def append(self, *payloads: Payload, request_id: Optional[str] = None) -> Appended:
         """Appends ``payloads`` to the journal, exactly once (see :meth:`leasehold.Own.append`)."""
-        if self.loss is not None or self._released:
-            raise self._lost_error()
-        if not payloads:
-            raise Empty("an append needs at least one record", reason="EMPTY")
-        request = pb.AppendRequest(
-            session=self.session,
-            epoch=self.epoch,
-            payloads=[payload_bytes(p) for p in payloads],
-            request_id=request_id or _common.request_id(),
-            token=self._token,
-        )
+        request = self._append_request(payloads, request_id)
         client = self._attachment.client
         try:
             response = client._retrying(client._stub.Append, request, request.request_id)
         except OwnershipEnded as error:
-            self._lose(error.metadata.get("loss") or error.reason.lower() or "fenced")
+            self._lose(self._loss_of(error))
             raise
-        return Appended(int(response.first_seq), int(response.last_seq), int(response.revision))
+        return Appended._from(response)
 
     def trim(self, *, before: int) -> Trimmed:
         """Removes the journal's records before ``before``."""
-        if self.loss is not None or self._released:
-            raise self._lost_error()
-        request = pb.TrimRequest(
-            session=self.session, epoch=self.epoch, token=self._token, before=before
-        )
+        request = self._trim_request(before)
         client = self._attachment.client
         try:
             response = client._retrying(client._stub.Trim, request, None)
         except OwnershipEnded as error:
-            self._lose(error.metadata.get("loss") or error.reason.lower() or "fenced")
+            self._lose(self._loss_of(error))
             raise
         return Trimmed(int(response.base), int(response.removed))
 
@@ -269,13 +232,6 @@ class SyncOwn:
         self.loss = reason
         self.lost.set()
         self._attachment.forget(self.session, self)
-
-    def _lost_error(self) -> LeaseLost:
-        return LeaseLost(
-            f"session {self.session} at epoch {self.epoch} is no longer owned",
-            loss=self.loss or "released",
-            metadata={"session": self.session, "epoch": str(self.epoch)},
-        )
 
 
 class _SyncAttachment:

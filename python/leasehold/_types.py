@@ -26,6 +26,10 @@ class Appended:
     last_seq: int
     revision: int
 
+    @staticmethod
+    def _from(response: pb.AppendResponse) -> Appended:
+        return Appended(int(response.first_seq), int(response.last_seq), int(response.revision))
+
 
 @dataclass(frozen=True)
 class Trimmed:
