@@ -46,17 +46,30 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_port(host: str, port: int, timeout: float, what: str, alive: Optional[subprocess.Popen[bytes]] = None) -> None:
+def _wait_listening(
+    address: str,
+    timeout: float,
+    what: str,
+    alive: Optional[subprocess.Popen[bytes]] = None,
+) -> None:
+    """Waits until something accepts connections at ``address`` (``host:port`` or
+    ``unix:/path``); :class:`SetupError` if ``alive`` exits first, or after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if alive is not None and alive.poll() is not None:
             raise SetupError(f"{what} exited with {alive.returncode} before it listened")
         try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
+            if address.startswith("unix:"):
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(address[len("unix:") :])
+            else:
+                host, port = address.rsplit(":", 1)
+                with socket.create_connection((host, int(port)), timeout=0.5):
+                    pass
+            return
         except OSError:
             time.sleep(0.05)
-    raise SetupError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s")
+    raise SetupError(f"{what} did not listen on {address} within {timeout:.0f} s")
 
 
 class Etcd:
@@ -106,7 +119,7 @@ class Etcd:
         log.close()
         etcd = Etcd(endpoint, process, data)
         try:
-            _wait_port("127.0.0.1", client, 30, f"etcd ({binary})", process)
+            _wait_listening(f"127.0.0.1:{client}", 30, f"etcd ({binary})", process)
         except SetupError:
             etcd.stop()
             raise
@@ -138,7 +151,7 @@ class Etcd:
             raise SetupError(f"etcd image {image} did not start: {error}") from error
         host = container.get_container_host_ip()
         port = int(container.get_exposed_port(2379))
-        _wait_port(host, port, 30, f"etcd ({image})")
+        _wait_listening(f"{host}:{port}", 30, f"etcd ({image})")
         return Etcd(f"http://{host}:{port}", None, None, container)
 
     def stop(self) -> None:
@@ -228,20 +241,7 @@ class Sidecar:
         log: IO[bytes] = open(self._log, "ab")
         self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        if self._socket is None:
-            _wait_port("127.0.0.1", self.port, 60, "leasehold serve", self._process)
-            return
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise SetupError(f"leasehold serve exited with {self._process.returncode}")
-            try:
-                with socket.socket(socket.AF_UNIX) as probe:
-                    probe.connect(self._socket)
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise SetupError(f"leasehold serve did not listen on {self.address} within 60 s")
+        _wait_listening(self.address, 60, "leasehold serve", self._process)
 
     @property
     def pid(self) -> int:
