@@ -191,6 +191,17 @@ impl Namespace {
         format!("{}/sets/{}", self.0, store.hyphenated())
     }
 
+    /// `{ns}/loads/`: the prefix of the loads session hosts publish.
+    pub fn loads_prefix(&self) -> String {
+        format!("{}/loads/", self.0)
+    }
+
+    /// `{ns}/loads/{store}`: the load of the sessions the session host of `store` holds,
+    /// attached to its node lease.
+    pub fn load_key(&self, store: Uuid) -> String {
+        format!("{}/loads/{}", self.0, store.hyphenated())
+    }
+
     /// `{ns}/moves/`: the prefix of the moves under way, which session hosts watch.
     pub fn moves_prefix(&self) -> String {
         format!("{}/moves/", self.0)

@@ -134,8 +134,8 @@ pub use etcd::{
     MemberStatus, RetryPolicy, TlsOptions, WritePolicy, etcd_metric,
 };
 pub use host::{
-    FORWARDED_HEADER, GiveUp, HostEvent, HostEvents, HostOptions, HttpRouter, NotOwner, Route,
-    Routed, SessionHost,
+    FORWARDED_HEADER, GiveUp, HostEvent, HostEvents, HostOptions, HttpRouter, LoadBalance,
+    NotOwner, Route, Routed, SessionHost,
 };
 pub use journal::{
     AppendError, Appended, DecodeError, Deleted, Event, Fence, Found, IdempotencyKey, Journal,

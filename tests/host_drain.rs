@@ -159,3 +159,90 @@ async fn a_drained_host_hands_its_sessions_over_in_order_and_takes_its_share_bac
     assert!(checks.iter().all(|check| check.is_sound()), "the checker");
     assert!(beats.lock().unwrap().failed.is_empty());
 }
+
+/// A drain asked through etcd (`Admin::drain`) is a key on the host's node lease: when that
+/// lease ends and the host gets a new one, the host writes the drain again under the new lease
+/// and goes on draining, until `Admin::undrain` withdraws it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_asked_through_etcd_outlives_the_node_lease_it_was_written_on() {
+    let etcd = common::Etcd::start().await;
+    let sessions: Vec<Uuid> = (0..20).map(|_| Uuid::new_v4()).collect();
+    let idle = |_rig: Arc<Rig>, stop: CancellationToken| async move { stop.cancelled().await };
+    let (mut hosts, mut stores) = (Vec::new(), Vec::new());
+    for i in 0..2 {
+        let store = Arc::new(etcd.store(&format!("host {i}"), 3).await);
+        let options = HostOptions::default().with_settle(Duration::ZERO);
+        hosts.push(SessionHost::start(
+            store.clone(),
+            options,
+            sessions.clone(),
+            idle,
+        ));
+        stores.push(store);
+    }
+    let admin = Admin::new(stores[1].connection().clone(), etcd.ns.clone());
+    let held = |hosts: &[SessionHost]| {
+        hosts
+            .iter()
+            .map(SessionHost::held_count)
+            .collect::<Vec<usize>>()
+    };
+    wait_for("10 each", Duration::from_secs(30), || async {
+        (held(&hosts) == [10, 10]).then_some(())
+    })
+    .await
+    .unwrap();
+    admin.drain(stores[0].id()).await.unwrap();
+    wait_for("host 0 drained", Duration::from_secs(30), || async {
+        (held(&hosts) == [0, 20]).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // --- host 0's node lease ends; it gets a new one
+    let old = stores[0].node_lease_id().unwrap();
+    etcd.raw.clone().lease_revoke(old).await.unwrap();
+    let new = wait_for("a new node lease", Duration::from_secs(10), || async {
+        stores[0]
+            .node_lease_id()
+            .filter(|&id| id != old && stores[0].is_node_lease_valid())
+    })
+    .await
+    .unwrap();
+    let drain_key = etcd.ns.drain_key(stores[0].id());
+    wait_for(
+        "the drain written again",
+        Duration::from_secs(10),
+        || async {
+            let read = etcd
+                .raw
+                .clone()
+                .get(drain_key.as_str(), None)
+                .await
+                .unwrap();
+            read.kvs().first().filter(|kv| kv.lease() == new).map(drop)
+        },
+    )
+    .await
+    .unwrap();
+    // It goes on draining: nothing comes back to it.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        assert_eq!(held(&hosts), [0, 20], "host 0 still drains");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed = admin.hosts().await.unwrap();
+    let host0 = listed.iter().find(|h| h.store == stores[0].id()).unwrap();
+    assert!(host0.draining, "Admin::hosts shows it draining");
+
+    // --- undrained: its share comes back, and the drain stays withdrawn
+    admin.undrain(stores[0].id()).await.unwrap();
+    wait_for("10 each again", Duration::from_secs(30), || async {
+        (held(&hosts) == [10, 10]).then_some(())
+    })
+    .await
+    .unwrap();
+    for host in &hosts {
+        host.shutdown().await;
+    }
+}

@@ -9,11 +9,11 @@ use uuid::Uuid;
 use super::Admin;
 use crate::etcd::EtcdError;
 use crate::keys::id_under;
-use crate::store::{HostValue, OwnerValue};
+use crate::store::{HostValue, LoadValue, OwnerValue};
 
 /// A live session host, as its host key (`{ns}/hosts/{store}`, attached to its node lease)
 /// shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Host {
     /// The host's store instance (one per process): the owner values of the sessions it
@@ -36,6 +36,10 @@ pub struct Host {
     pub weight: u32,
     /// How many sessions its store holds, at the same revision.
     pub sessions: usize,
+    /// The load it last published (see the [load docs](crate::host#load)): the sum of its
+    /// sessions' smoothed loads; `None` for a host that published none (yet, or of a release
+    /// before load).
+    pub load: Option<f64>,
     /// When the host started, by its own clock (`None` for hosts of releases that did not
     /// write it).
     pub started_at: Option<SystemTime>,
@@ -80,8 +84,8 @@ pub(super) fn listed(stores: &[Uuid]) -> String {
 }
 
 impl Admin {
-    /// Every live session host, by store id, and how many sessions each holds: the host keys
-    /// and the owner keys read at one revision. A host's key goes with its node lease, so a
+    /// Every live session host, by store id, how many sessions each holds and the load it
+    /// published: the host, owner and load keys read at one revision. A host's key goes with its node lease, so a
     /// host that died is listed until etcd expires that lease.
     pub async fn hosts(&self) -> Result<Vec<Host>, EtcdError> {
         let prefix = self.namespace.hosts_prefix();
@@ -93,6 +97,18 @@ impl Admin {
             .connection
             .range_at("list owners", &self.namespace.owners_prefix(), revision)
             .await?;
+        let loads_prefix = self.namespace.loads_prefix();
+        let (loads, _) = self
+            .connection
+            .range_at("list loads", &loads_prefix, revision)
+            .await?;
+        let loads: HashMap<Uuid, f64> = loads
+            .iter()
+            .filter_map(|kv| {
+                let store = id_under(&loads_prefix, kv.key())?;
+                Some((store, LoadValue::decode(kv.value())?.load))
+            })
+            .collect();
         let mut held: HashMap<Uuid, usize> = HashMap::new();
         for owner in owners
             .iter()
@@ -108,6 +124,7 @@ impl Admin {
                 Some(Host {
                     store,
                     sessions: held.get(&store).copied().unwrap_or(0),
+                    load: loads.get(&store).copied(),
                     started_at: value.started_at(),
                     node: value.node,
                     advertise: value.advertise,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{KeyValue, Txn, TxnOp};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -13,7 +13,7 @@ use super::hosts::listed;
 use super::{Admin, HostLookupError};
 use crate::etcd::{Delete, EtcdError, gets};
 use crate::lease::Epoch;
-use crate::store::{HostValue, MoveValue, OwnerValue};
+use crate::store::{HostValue, MoveValue, OwnerValue, ask_txn};
 
 /// How often [`Admin::move_session`] reads the owner and move keys while it waits.
 const POLL: Duration = Duration::from_millis(20);
@@ -288,24 +288,14 @@ impl Admin {
             ready: false,
         }
         .encode();
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(
-                    keys.owner.as_str(),
-                    CompareOp::Equal,
-                    plan.owner.create_revision(),
-                ),
-                Compare::lease(keys.host.as_str(), CompareOp::Equal, host.lease()),
-                Compare::mod_revision(keys.host.as_str(), CompareOp::Equal, host.mod_revision()),
-                Compare::create_revision(keys.drain.as_str(), CompareOp::Equal, 0),
-                Compare::create_revision(keys.moving.as_str(), CompareOp::Equal, 0),
-            ])
-            .and_then([TxnOp::put(
-                keys.moving.as_str(),
-                asked.as_str(),
-                Some(PutOptions::new().with_lease(host.lease())),
-            )])
-            .or_else([TxnOp::get(keys.moving.as_str(), None)]);
+        let txn = ask_txn(
+            &self.namespace,
+            keys.session,
+            plan.owner.create_revision(),
+            keys.target,
+            (host.lease(), host.mod_revision()),
+            &asked,
+        );
         let reply = self.send_idempotent("move", &txn).await?;
         if reply.succeeded() {
             return Ok(reply.header().map_or(0, |header| header.revision()));

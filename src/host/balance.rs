@@ -1,22 +1,26 @@
 //! Balance: this host's key, the live hosts, the share each may hold, shedding what is over
 //! it; and the leave (see the [module docs](super#balance)).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use tokio::time::Instant;
 
+use uuid::Uuid;
+
 use super::settle::Members;
-use super::{Inner, leave_bound, lock, moves};
+use super::{Inner, leave_bound, load, lock, moves};
 use crate::deadline::deadline;
 use crate::etcd::Delete;
 use crate::etcd::write::{self, Written};
 use crate::keys::{id_under, prefix_end};
 use crate::lease::NodeLease;
-use crate::store::HostValue;
+use crate::store::{HostValue, LoadValue};
 
 impl Inner {
     /// Writes `key` (this host's key, or its joining key while it settles) with `value`,
@@ -82,6 +86,7 @@ impl Inner {
         let joining_prefix = namespace.joining_prefix();
         let moves_prefix = namespace.moves_prefix();
         let sets_prefix = namespace.sets_prefix();
+        let loads_prefix = namespace.loads_prefix();
         let drain_key = namespace.drain_key(self.store.id());
         let range = |prefix: &str| Some(GetOptions::new().with_range(prefix_end(prefix)));
         let mut ops = vec![
@@ -89,6 +94,7 @@ impl Inner {
             TxnOp::get(drain_key.as_str(), None),
             TxnOp::get(joining_prefix.as_str(), range(&joining_prefix)),
             TxnOp::get(moves_prefix.as_str(), range(&moves_prefix)),
+            TxnOp::get(loads_prefix.as_str(), range(&loads_prefix)),
         ];
         // The other hosts' sets matter only to a host with a fixed set (see `sets.rs`).
         if !self.options.registry {
@@ -121,13 +127,23 @@ impl Inner {
                 weight: value.weight,
             }
         };
-        let settled = gets
-            .next()?
-            .kvs()
+        let settled_kvs = gets.next()?.kvs().to_vec();
+        let settled = settled_kvs
             .iter()
             .map(|kv| (kv.key().to_vec(), quota(kv.value())))
             .collect();
-        let drain_asked = gets.next().is_some_and(|get| !get.kvs().is_empty());
+        let keys = settled_kvs
+            .iter()
+            .filter_map(|kv| {
+                Some((
+                    id_under(&prefix, kv.key())?,
+                    (kv.lease(), kv.mod_revision()),
+                ))
+            })
+            .collect();
+        let drain = gets
+            .next()
+            .and_then(|get| get.kvs().first().map(etcd_client::KeyValue::lease));
         let joining = gets.next().map_or_else(Vec::new, |get| {
             get.kvs()
                 .iter()
@@ -140,28 +156,125 @@ impl Inner {
         let moves = gets
             .next()
             .map_or_else(Vec::new, |get| moves::listed(&moves_prefix, get.kvs()));
+        let loads = gets.next().map_or_else(HashMap::new, |get| {
+            get.kvs()
+                .iter()
+                .filter_map(|kv| {
+                    let store = id_under(&loads_prefix, kv.key())?;
+                    Some((store, LoadValue::decode(kv.value())?.load))
+                })
+                .collect()
+        });
         let sets = gets.next().map_or_else(Vec::new, |get| get.kvs().to_vec());
         Some(Hosts {
             settled,
+            keys,
             joining,
-            drain_asked,
+            drain,
             moves,
+            loads,
             sets,
         })
     }
 
-    /// Sheds owned sessions until at most `cap` are held, those acquired through a move last.
+    /// Sheds owned sessions until at most `cap` are held, those acquired through a move (or
+    /// being moved away) last.
+    /// A session on its way out (shed, moved, stopped, lost: its token cancelled) holds its
+    /// slot until its shutdown ends, and counts as shed already: a tick that comes while the
+    /// last shed is still under way sheds no more.
     fn shed_to(&self, cap: usize) {
         let owned = lock(&self.owned);
-        let excess = self.slots.load(Ordering::Acquire).saturating_sub(cap);
-        let (moved, others): (Vec<_>, Vec<_>) = owned
-            .values()
-            .filter(|owned| !owned.is_shed())
-            .partition(|owned| owned.moved_here);
-        for owned in others.into_iter().chain(moved).take(excess) {
+        let (leaving, staying): (Vec<_>, Vec<_>) = owned
+            .iter()
+            .partition(|(_, owned)| owned.token.is_cancelled());
+        let held = self.slots.load(Ordering::Acquire);
+        let excess = to_shed(held, leaving.len(), staying.len(), cap);
+        if excess == 0 {
+            return;
+        }
+        // Those out of their cooldown first, whose load is nearest what each should take away
+        // for this host to reach its load target (the coldest first when it is there).
+        let (load, target) = (self.load_now(), self.load_target());
+        let each = if target.is_nan() {
+            0.0
+        } else {
+            ((load - target) / excess as f64).max(0.0)
+        };
+        let cooldown = self.options.load.cooldown;
+        // Those moved here, and those being moved away (their move gives them up), last.
+        let moving_out = lock(&self.moving_out);
+        let (moved, others): (Vec<_>, Vec<_>) = staying
+            .into_iter()
+            .partition(|(session, owned)| owned.moved_here || moving_out.contains(*session));
+        drop(moving_out);
+        let mut order: Vec<(Uuid, f64, bool)> = others
+            .iter()
+            .map(|(session, owned)| {
+                let load = lock(&owned.meter).load();
+                (**session, load, owned.since.elapsed() >= cooldown)
+            })
+            .collect();
+        load::shed_order(&mut order, each);
+        let others = order
+            .iter()
+            .filter_map(|(session, _, _)| owned.get(session));
+        for owned in others
+            .chain(moved.into_iter().map(|(_, owned)| owned))
+            .take(excess)
+        {
             owned.shed(None);
         }
     }
+
+    /// This host's load at the last sample.
+    pub(super) fn load_now(&self) -> f64 {
+        f64::from_bits(self.load.load(Ordering::Acquire))
+    }
+
+    /// This host's load target as last computed (NaN when none was).
+    fn load_target(&self) -> f64 {
+        f64::from_bits(self.load_target.load(Ordering::Acquire))
+    }
+}
+
+impl Inner {
+    /// Writes this host's drain key again under node lease `node`, if none exists and the host
+    /// key is on that lease. Whether a reply confirmed it (within three write attempts).
+    async fn redrain(&self, node: i64) -> bool {
+        let shared = self.store.shared();
+        let drain_key = self.store.namespace().drain_key(self.store.id());
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(drain_key.as_str(), CompareOp::Equal, 0),
+                Compare::lease(self.host_key.as_str(), CompareOp::Equal, node),
+            ])
+            .and_then([TxnOp::put(
+                drain_key.as_str(),
+                "drain",
+                Some(PutOptions::new().with_lease(node)),
+            )]);
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "drain again",
+            &txn,
+            None,
+            moves::bounded(&shared.write),
+            &shared.shutdown,
+        )
+        .await;
+        matches!(written, Written::Replied(reply) if reply.succeeded())
+    }
+}
+
+/// How many more sessions to shed when `held` slots are taken, `leaving` of them by sessions
+/// already on their way out and `staying` by owned sessions that are not, and the cap is
+/// `cap`. Only owned sessions are shed, and only those over the cap: a slot taken for an
+/// acquisition still under way (a move's, say, which may yet fail) is shed for once it is
+/// owned, not before.
+fn to_shed(held: usize, leaving: usize, staying: usize, cap: usize) -> usize {
+    let over = held.saturating_sub(leaving).saturating_sub(cap);
+    over.min(staying.saturating_sub(cap))
 }
 
 /// A host's key and its quota.
@@ -170,10 +283,16 @@ type Listed = super::settle::Listed<Quota>;
 /// The hosts as one read found them: see [`Inner::live_hosts`].
 struct Hosts {
     settled: Vec<Listed>,
+    /// Each settled host's key as read: its lease and mod revision (what a move to it
+    /// compares).
+    keys: HashMap<Uuid, (i64, i64)>,
     joining: Vec<Listed>,
-    drain_asked: bool,
+    /// The node lease of the drain key asked for this host ([`Admin::drain`](crate::Admin::drain)), if there is one.
+    drain: Option<i64>,
     /// The moves under way (see `moves.rs`).
     moves: Vec<moves::Listed>,
+    /// The loads the hosts published, by store.
+    loads: HashMap<Uuid, f64>,
     /// The hosts' set keys (see `sets.rs`).
     sets: Vec<etcd_client::KeyValue>,
 }
@@ -188,6 +307,8 @@ pub(super) async fn balance(inner: Arc<Inner>) {
         let joining = balance.settling.tick(Instant::now(), &balance.inner);
         let value = balance.register_host(joining).await;
         balance.register_set().await;
+        balance.sample_loads();
+        balance.publish_load().await;
         if balance.inner.leaving.is_cancelled() {
             break;
         }
@@ -197,7 +318,7 @@ pub(super) async fn balance(inner: Arc<Inner>) {
         }
     }
     let Balance { inner, keys, .. } = balance;
-    inner.leave(keys.host, keys.joining, keys.set).await;
+    inner.leave(keys).await;
     inner.left.cancel();
 }
 
@@ -218,6 +339,18 @@ struct Balance {
     /// The hosts counted at the last read, and this host's value then: the shares again from
     /// these when the wanted sessions change between reads.
     last: Option<Counted>,
+    /// This host's load key, and the node lease and value of its last confirmed put, and
+    /// when it was sent.
+    load_key: String,
+    load_confirmed: Option<(i64, String)>,
+    load_sent_at: Option<Instant>,
+    /// The node lease the drain key asked for this host was last read on.
+    drain_lease: Option<i64>,
+    /// When each move by load within the budget's interval was asked for.
+    moves_made: VecDeque<Instant>,
+    /// The moves by load asked for lately, (target, load, when): added to the target's
+    /// published load until it publishes again.
+    recent: Vec<(Uuid, f64, Instant)>,
 }
 
 /// Whether a new host still settles under its joining key, taking nothing.
@@ -295,6 +428,7 @@ struct SentKeys {
     host: Sent,
     joining: Sent,
     set: Sent,
+    load: Sent,
 }
 
 /// The hosts counted at a read, the value of this host's key a reply confirmed then, and the
@@ -320,7 +454,211 @@ impl Balance {
             set_key: inner.store.namespace().set_key(inner.store.id()),
             sets_reported: HashMap::new(),
             last: None,
+            load_key: inner.store.namespace().load_key(inner.store.id()),
+            load_confirmed: None,
+            load_sent_at: None,
+            drain_lease: None,
+            moves_made: VecDeque::new(),
+            recent: Vec::new(),
             inner,
+        }
+    }
+
+    /// Whether a drain of this host is asked for, from its drain key's node lease as read
+    /// (`drain`). The key is attached to the node lease this host had when the drain was asked
+    /// for: when that lease ends (lost, and replaced by a new one) the key goes with it, though
+    /// nobody withdrew the drain. So a drain key gone while the node lease it was on is gone too
+    /// is written again, under the current node lease (if no drain key exists and this host's
+    /// key is on that lease); one deleted while its lease lives on was withdrawn
+    /// ([`Admin::undrain`](crate::Admin::undrain)).
+    async fn follow_drain(&mut self, drain: Option<i64>) -> bool {
+        if drain.is_some() {
+            self.drain_lease = drain;
+            return true;
+        }
+        let Some(was) = self.drain_lease else {
+            return false;
+        };
+        let inner = &self.inner;
+        match inner.store.node_lease_id() {
+            // Withdrawn: its lease still lives.
+            Some(now) if now == was => {
+                self.drain_lease = None;
+                false
+            }
+            // Lost with the node lease: asked for still.
+            Some(now) => {
+                if inner.redrain(now).await {
+                    tracing::info!(
+                        node = inner.store.node(),
+                        "the drain asked for this host is written again under its new node lease"
+                    );
+                    self.drain_lease = Some(now);
+                }
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Samples every owned session's load; this host's is their sum.
+    fn sample_loads(&self) {
+        let inner = &self.inner;
+        let (now, half_life) = (Instant::now(), inner.options.load.half_life);
+        let total: f64 = lock(&inner.owned)
+            .values()
+            .map(|owned| {
+                let seq = owned.rig.journal().next_seq();
+                let reported = owned.rig.reported_load();
+                lock(&owned.meter).sample(reported, seq, now, half_life)
+            })
+            .sum();
+        inner
+            .load
+            .store(load::published(total).to_bits(), Ordering::Release);
+    }
+
+    /// Writes this host's load to its load key, at most once per
+    /// [`publish_every`](crate::LoadBalance::publish_every), and only when it changed (or the
+    /// node lease did).
+    async fn publish_load(&mut self) {
+        let inner = &self.inner;
+        let Some(node) = inner.store.node_lease_id() else {
+            return;
+        };
+        let value = LoadValue {
+            load: inner.load_now(),
+            sessions: lock(&inner.owned).len(),
+            nonce: inner.host_value.nonce,
+        }
+        .encode();
+        let every = inner.options.load.publish_every;
+        let due = self.load_sent_at.is_none_or(|at| at.elapsed() >= every);
+        let same = self
+            .load_confirmed
+            .as_ref()
+            .is_some_and(|(lease, said)| *lease == node && *said == value);
+        let lease_changed = self
+            .load_confirmed
+            .as_ref()
+            .is_some_and(|(lease, _)| *lease != node);
+        if same || inner.leaving.is_cancelled() || !(due || lease_changed) {
+            return;
+        }
+        self.load_sent_at = Some(Instant::now());
+        let Some((lease, replied)) = inner.register(&self.load_key, &value, false).await else {
+            return;
+        };
+        if replied {
+            self.load_confirmed = Some((lease.id, value.clone()));
+        }
+        self.keys.load = Some((lease, value));
+    }
+
+    /// Asks for moves by load (see the [load docs](super#load)): as many as [`load::plan`]
+    /// finds, within the churn budget, of sessions out of their cooldown and not being moved.
+    async fn move_by_load(
+        &mut self,
+        counted: &[Listed],
+        keys: &HashMap<Uuid, (i64, i64)>,
+        loads: &HashMap<Uuid, f64>,
+        moving: &HashSet<Uuid>,
+    ) {
+        let inner = self.inner.clone();
+        let options = &inner.options.load;
+        let now = Instant::now();
+        let prefix = inner.store.namespace().hosts_prefix();
+        let me = inner.store.id();
+        let mut hosts: Vec<load::HostLoad> = counted
+            .iter()
+            .filter_map(|(key, quota)| {
+                let store = id_under(&prefix, key)?;
+                let load = if store == me {
+                    inner.load_now()
+                } else {
+                    loads.get(&store).copied().unwrap_or(0.0)
+                };
+                Some(load::HostLoad {
+                    store,
+                    load,
+                    weight: quota.weight,
+                    takes: quota.max != Some(0) && quota.weight > 0 && keys.contains_key(&store),
+                })
+            })
+            .collect();
+        // What was moved lately is not in the targets' published loads yet: the target says it
+        // is ready at its next tick, this host hands over at its next, the target samples the
+        // session at the tick after it acquired it and publishes within `publish_every`.
+        let fresh = options.publish_every + self.tick * 4;
+        self.recent
+            .retain(|(_, _, at)| now.duration_since(*at) < fresh);
+        for (to, load, _) in &self.recent {
+            if let Some(host) = hosts.iter_mut().find(|host| host.store == *to) {
+                host.load += load;
+            }
+        }
+        let Some(mine) = hosts.iter().position(|host| host.store == me) else {
+            return;
+        };
+        let target = load::targets(&hosts)[mine];
+        inner.load_target.store(target.to_bits(), Ordering::Release);
+        if !options.enabled || inner.is_draining() {
+            return;
+        }
+        let interval = options.budget_interval;
+        while self
+            .moves_made
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= interval)
+        {
+            self.moves_made.pop_front();
+        }
+        let left = options.budget.saturating_sub(self.moves_made.len());
+        if left == 0 {
+            return;
+        }
+        let mut movable: Vec<(load::SessionLoad, i64)> = lock(&inner.owned)
+            .iter()
+            .filter(|(session, owned)| {
+                !owned.token.is_cancelled()
+                    && owned.since.elapsed() >= options.cooldown
+                    && !moving.contains(session)
+            })
+            .map(|(session, owned)| {
+                let load = lock(&owned.meter).load();
+                let epoch = owned.rig.epoch().revision();
+                (
+                    load::SessionLoad {
+                        session: *session,
+                        load,
+                    },
+                    epoch,
+                )
+            })
+            .collect();
+        for _ in 0..left {
+            let sessions: Vec<load::SessionLoad> = movable.iter().map(|(s, _)| *s).collect();
+            let Some(planned) = load::plan(mine, &hosts, &sessions, options.band) else {
+                break;
+            };
+            let at = movable
+                .iter()
+                .position(|(s, _)| s.session == planned.session)
+                .expect("planned from these");
+            let (_, epoch) = movable.swap_remove(at);
+            let Some(&host_key) = keys.get(&planned.to) else {
+                break;
+            };
+            if !inner.ask_move(planned, epoch, host_key).await {
+                // The target's key changed (it published, or left): the next tick reads it.
+                break;
+            }
+            self.moves_made.push_back(Instant::now());
+            self.recent.push((planned.to, planned.load, Instant::now()));
+            hosts[mine].load -= planned.load;
+            if let Some(host) = hosts.iter_mut().find(|host| host.store == planned.to) {
+                host.load += planned.load;
+            }
         }
     }
 
@@ -386,12 +724,12 @@ impl Balance {
     /// Reads the live hosts; follows a drain asked for and the moves; and, once settled, takes
     /// this host's share of the sessions (`value`: what its key should hold now).
     async fn count(&mut self, joining: bool, value: String) {
-        let inner = &self.inner;
+        let inner = self.inner.clone();
         let Some(hosts) = inner.live_hosts().await else {
             return;
         };
         inner.compare_sets(&hosts.sets, &mut self.sets_reported);
-        let drain_asked = hosts.drain_asked;
+        let drain_asked = self.follow_drain(hosts.drain).await;
         if inner.drain_asked.swap(drain_asked, Ordering::AcqRel) != drain_asked {
             tracing::info!(
                 node = inner.store.node(),
@@ -406,6 +744,7 @@ impl Balance {
         if joining {
             return;
         }
+        let moving: HashSet<Uuid> = hosts.moves.iter().map(moves::Listed::session).collect();
         inner.follow_moves(hosts.moves).await;
         let counted = Counted {
             hosts: self.members.count(hosts.settled, hosts.joining),
@@ -415,6 +754,8 @@ impl Balance {
             value,
         };
         inner.take_share(counted.hosts.clone(), counted.said.as_ref(), &counted.value);
+        self.move_by_load(&counted.hosts, &hosts.keys, &hosts.loads, &moving)
+            .await;
         self.last = Some(counted);
     }
 
@@ -492,19 +833,22 @@ impl Inner {
 
 impl Inner {
     /// Hands this host's share over: takes no more sessions and deletes the host's key (put
-    /// last on a node lease, with a value: `written`), and its joining key if a put of the host
-    /// key did not confirm its delete (`joining`), so the other hosts' shares grow; and its set
-    /// key (`set`), and the moves to it it said it was ready for. Each delete
+    /// last on a node lease, with a value: `keys.host`), and its joining key if a put of the
+    /// host key did not confirm its delete, so the other hosts' shares grow; and its set key
+    /// and load key, and the moves to it it said it was ready for. Each delete
     /// is guarded by this host's value and tried for at most three write attempts here; one not
     /// confirmed by then is handed to the store's background deletes, which re-send it until it
     /// is confirmed or its node lease is lost (its end deletes the key).
-    async fn leave(&self, written: Sent, joining: Sent, set: Sent) {
+    async fn leave(&self, keys: SentKeys) {
         self.cap.send_replace(0);
-        let set_key = self.store.namespace().set_key(self.store.id());
+        let namespace = self.store.namespace();
+        let set_key = namespace.set_key(self.store.id());
+        let load_key = namespace.load_key(self.store.id());
         for (key, written) in [
-            (&self.host_key, written),
-            (&self.joining_key, joining),
-            (&set_key, set),
+            (&self.host_key, keys.host),
+            (&self.joining_key, keys.joining),
+            (&set_key, keys.set),
+            (&load_key, keys.load),
         ] {
             if let Some((node, value)) = written.filter(|(node, _)| !node.is_lost()) {
                 self.delete_key(key, node, &value).await;
@@ -608,7 +952,7 @@ pub(super) fn weighted_shares(wanted: usize, quotas: &[Quota]) -> Vec<usize> {
 mod tests {
     use std::time::Duration;
 
-    use super::{Quota, leave_bound, shares, weighted_shares};
+    use super::{Quota, leave_bound, shares, to_shed, weighted_shares};
     use crate::etcd::WritePolicy;
 
     #[test]
@@ -622,6 +966,20 @@ mod tests {
         );
         let policy = WritePolicy::default().with_attempt_timeout(Duration::from_secs(1));
         assert_eq!(leave_bound(&policy), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn sessions_on_their_way_out_count_as_shed() {
+        // 150 held, the cap down to 100: 50 to shed.
+        assert_eq!(to_shed(150, 0, 150, 100), 50);
+        // A tick later 20 of those are still shutting down: none more.
+        assert_eq!(to_shed(120, 20, 100, 100), 0);
+        // A session finishing (its token cancelled) on a host at its cap sheds no other.
+        assert_eq!(to_shed(5, 1, 4, 4), 0);
+        assert_eq!(to_shed(3, 5, 0, 1), 0);
+        // A move's acquisition under way, over the cap: nothing until it is owned.
+        assert_eq!(to_shed(101, 0, 100, 100), 0);
+        assert_eq!(to_shed(101, 0, 101, 100), 1);
     }
 
     #[test]

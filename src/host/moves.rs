@@ -15,7 +15,7 @@
 //! A session acquired through a move is kept when the host is over its share: the others
 //! are shed first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
@@ -30,7 +30,7 @@ use crate::store::{MOVE_WITHDRAWN_AFTER, MoveValue};
 
 /// Whether a write of the balance loop may go on: for three write attempts
 /// ([`leave_bound`]), so that etcd being out of reach does not hold the loop up.
-fn bounded(policy: &WritePolicy) -> impl Fn() -> bool + use<> {
+pub(super) fn bounded(policy: &WritePolicy) -> impl Fn() -> bool + use<> {
     let until = Instant::now().checked_add(leave_bound(policy));
     move || until.is_none_or(|until| Instant::now() < until)
 }
@@ -53,6 +53,13 @@ pub(super) struct Listed {
     kv: KeyValue,
 }
 
+impl Listed {
+    /// The session being moved.
+    pub(super) fn session(&self) -> Uuid {
+        self.session
+    }
+}
+
 /// The move keys of a read of `{ns}/moves/`; keys that are not a session's move, or values
 /// this release does not read, are skipped.
 pub(super) fn listed(prefix: &str, kvs: &[KeyValue]) -> Vec<Listed> {
@@ -72,9 +79,11 @@ impl Inner {
     pub(super) async fn follow_moves(&self, moves: Vec<Listed>) {
         let me = self.store.id();
         let mut seen_now = HashMap::new();
+        let (mut said_ready, mut moving_out) = (Vec::new(), HashSet::new());
         for listed in moves {
             let Listed { session, value, kv } = listed;
             if value.target != me {
+                moving_out.insert(session);
                 if value.ready {
                     self.hand_over(session, value.target);
                 }
@@ -109,6 +118,7 @@ impl Inner {
                     None => continue,
                 }
                 tracing::info!(%session, "standing by to take a session moved here");
+                said_ready.push(session);
             }
             seen_now.insert(
                 session,
@@ -120,6 +130,13 @@ impl Inner {
             );
         }
         *lock(&self.moves) = seen_now;
+        *lock(&self.moving_out) = moving_out;
+        // A session freed before this host said it was ready (its holder shed it, or lost it)
+        // has no delete to come that would wake its standby here: wake it now.
+        let registry = self.store.shared().registry();
+        for session in said_ready {
+            registry.notify_waiters(session);
+        }
     }
 
     /// Why this host cannot take `session` by a move first read at `seen`, if it cannot.
@@ -208,6 +225,54 @@ impl Inner {
             self.delete_move(session, Delete::created_at(key, known.create_revision))
                 .await;
         }
+    }
+
+    /// Asks for a move by load (step 1 of [`Admin::move_session`](crate::Admin::move_session),
+    /// made by the holder itself): `planned.session`, owned here at `epoch` (its owner key's
+    /// create revision), to the host whose key was read with `host_key` (its lease and mod
+    /// revision). The target and this host then play their parts at their next ticks, as for
+    /// any move. Whether a reply confirmed the move key (within three write attempts).
+    pub(super) async fn ask_move(
+        &self,
+        planned: super::load::Move,
+        epoch: i64,
+        host_key: (i64, i64),
+    ) -> bool {
+        let shared = self.store.shared();
+        let asked = MoveValue {
+            target: planned.to,
+            nonce: Uuid::now_v7(),
+            ready: false,
+        }
+        .encode();
+        let txn = crate::store::ask_txn(
+            self.store.namespace(),
+            planned.session,
+            epoch,
+            planned.to,
+            host_key,
+            &asked,
+        );
+        let written = write::send(
+            &shared.connection,
+            &shared.write,
+            "move by load",
+            &txn,
+            None,
+            bounded(&shared.write),
+            &shared.shutdown,
+        )
+        .await;
+        let asked_now = matches!(&written, Written::Replied(reply) if reply.succeeded());
+        if asked_now {
+            tracing::info!(
+                session = %planned.session,
+                load = planned.load,
+                target = %planned.to,
+                "moving a session by load"
+            );
+        }
+        asked_now
     }
 
     /// Gives `session` up in order if this host holds it: it moves to `target`.

@@ -48,7 +48,94 @@ pub struct HostOptions {
     /// The longest pause between two attempts to open a session that keeps failing (before
     /// jitter, which adds up to as much again). Default 60 s.
     pub max_retry_pause: Duration,
+    /// How the host measures its sessions' load and balances by it (see the
+    /// [load docs](super#load)).
+    pub load: LoadBalance,
     pub(super) workspace: WorkspaceOf,
+}
+
+/// How a [`SessionHost`](super::SessionHost) measures load and balances by it (see the
+/// [load docs](super#load)). The defaults suit sessions whose load changes over minutes (an
+/// agent's conversation, a stream's partition): a burst of a few seconds moves nothing, a
+/// session that stays busy is seen within a minute, and a fleet out of balance moves at most
+/// 12 sessions a minute per host, none of them twice within 2 minutes.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LoadBalance {
+    /// Whether the host moves sessions by load. Off, it still measures and publishes its
+    /// load (for `leasehold hosts`), and balances by count alone. Default: on.
+    pub enabled: bool,
+    /// The half-life of the smoothing: a sample this old counts for half. Default 30 s.
+    pub half_life: Duration,
+    /// How far over its target a host may be before it moves anything, as a fraction of the
+    /// target (the hysteresis). Default 0.1.
+    pub band: f64,
+    /// How often at most the host writes its load to etcd: one write per this interval, and
+    /// only when it changed. Default 5 s (at most 12 writes a minute per host).
+    pub publish_every: Duration,
+    /// The churn budget: at most this many moves by load per host per
+    /// [`budget_interval`](Self::budget_interval). Default 2.
+    pub budget: usize,
+    /// See [`budget`](Self::budget). Default 10 s.
+    pub budget_interval: Duration,
+    /// A session acquired less than this long ago is not moved by load, and is the last a
+    /// host over its share of the count sheds. Default 2 min.
+    pub cooldown: Duration,
+}
+
+impl Default for LoadBalance {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            half_life: Duration::from_secs(30),
+            band: 0.1,
+            publish_every: Duration::from_secs(5),
+            budget: 2,
+            budget_interval: Duration::from_secs(10),
+            cooldown: Duration::from_secs(120),
+        }
+    }
+}
+
+impl LoadBalance {
+    /// Measures and publishes load, and moves nothing by it.
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the [`half_life`](Self::half_life) of the smoothing.
+    pub fn with_half_life(mut self, half_life: Duration) -> Self {
+        self.half_life = half_life;
+        self
+    }
+
+    /// Sets the [`band`](Self::band) (clamped to at least 0).
+    pub fn with_band(mut self, band: f64) -> Self {
+        self.band = if band.is_finite() { band.max(0.0) } else { 0.0 };
+        self
+    }
+
+    /// Sets how often at most the load is [published](Self::publish_every).
+    pub fn with_publish_every(mut self, every: Duration) -> Self {
+        self.publish_every = every;
+        self
+    }
+
+    /// Sets the churn budget: at most `moves` moves by load per `interval`.
+    pub fn with_budget(mut self, moves: usize, interval: Duration) -> Self {
+        self.budget = moves;
+        self.budget_interval = interval;
+        self
+    }
+
+    /// Sets the [`cooldown`](Self::cooldown).
+    pub fn with_cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = cooldown;
+        self
+    }
 }
 
 impl std::fmt::Debug for HostOptions {
@@ -61,6 +148,7 @@ impl std::fmt::Debug for HostOptions {
             .field("stop_grace", &self.stop_grace)
             .field("retry_pause", &self.retry_pause)
             .field("max_retry_pause", &self.max_retry_pause)
+            .field("load", &self.load)
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +163,7 @@ impl Default for HostOptions {
             stop_grace: Duration::from_secs(5),
             retry_pause: Duration::from_millis(500),
             max_retry_pause: Duration::from_secs(60),
+            load: LoadBalance::default(),
             workspace: Arc::new(|session| format!("ws-{session}")),
         }
     }
@@ -122,6 +211,12 @@ impl HostOptions {
     /// Sets the longest pause between attempts to open a session that keeps failing.
     pub fn with_max_retry_pause(mut self, pause: Duration) -> Self {
         self.max_retry_pause = pause;
+        self
+    }
+
+    /// Sets how the host measures load and balances by it.
+    pub fn with_load_balance(mut self, load: LoadBalance) -> Self {
+        self.load = load;
         self
     }
 

@@ -53,8 +53,8 @@ pub(super) fn host_session(
                 idle.failures.forget(&inner.store.shared().metrics);
                 return;
             };
+            // Gives the slot back (see `give_up`).
             run(&inner, rig, moved_here, &stop).await;
-            inner.unreserve();
         }
     }
 }
@@ -339,6 +339,11 @@ fn run<'a>(
             shed: std::sync::atomic::AtomicBool::new(false),
             moved_to: std::sync::OnceLock::new(),
             moved_here,
+            since: tokio::time::Instant::now(),
+            meter: std::sync::Mutex::new(super::load::Meter::new(
+                rig.journal().next_seq(),
+                tokio::time::Instant::now(),
+            )),
         };
         {
             let mut owned_sessions = lock(&inner.owned);
@@ -421,7 +426,13 @@ async fn give_up(inner: &Inner, rig: Arc<Rig>, work: Option<WorkFuture>, why: Gi
         let _closing = inner.closing.acquire().await;
         rig.shutdown().await.map_err(Arc::new)
     };
-    lock(&inner.owned).remove(&session);
+    // Its slot is given back as it leaves the owned sessions, under one lock: a shed counts
+    // a session on its way out (its token cancelled) as shed already, until its slot is free.
+    {
+        let mut owned = lock(&inner.owned);
+        owned.remove(&session);
+        inner.unreserve();
+    }
     tracing::info!(%session, %epoch, %why, "session given up");
     inner.emit(HostEvent::GaveUp {
         session,

@@ -78,6 +78,9 @@ pub enum RigError {
     Release(#[source] ReleaseError),
 }
 
+/// No load reported: a NaN's bits, which `set_load` never stores.
+const NO_LOAD: u64 = u64::MAX;
+
 /// A live session: its lease, its workspace root and its journal.
 ///
 /// # Examples
@@ -104,6 +107,9 @@ pub struct Rig {
     workspace_revision: i64,
     /// The store the session lives in: its workspace root's deletes go through it.
     store: Arc<StoreShared>,
+    /// The load the work reported ([`set_load`](Self::set_load)), as `f64` bits; `NO_LOAD`
+    /// until it reports one.
+    load: std::sync::atomic::AtomicU64,
     // Declared last: the lease outlives the rest while fields drop.
     lease: Lease,
 }
@@ -196,6 +202,7 @@ impl Rig {
             workspace_key: key,
             workspace_revision: revision,
             store: store.shared().clone(),
+            load: std::sync::atomic::AtomicU64::new(NO_LOAD),
             lease,
         })
     }
@@ -223,6 +230,27 @@ impl Rig {
     /// Runs `hook` once, when the session is lost (see `LeaseState::on_loss`).
     pub(crate) fn on_loss(&self, hook: impl FnOnce(LossReason) + Send + 'static) {
         self.lease.state().on_loss(hook);
+    }
+
+    /// Reports what this session costs now, in units of the application's choosing (requests
+    /// per second, tokens per minute, CPU share): a [`SessionHost`](crate::SessionHost)
+    /// balances its sessions by it (see its [load docs](crate::host#load)), smoothed. Until the
+    /// work reports a load, the session's load is its appends per second. A value that is not
+    /// finite or below 0 counts as 0. Report the same units from every session of a namespace.
+    pub fn set_load(&self, units: f64) {
+        let units = if units.is_finite() && units > 0.0 {
+            units
+        } else {
+            0.0
+        };
+        self.load
+            .store(units.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The load the work last reported ([`set_load`](Self::set_load)), if it reported one.
+    pub fn reported_load(&self) -> Option<f64> {
+        let bits = self.load.load(std::sync::atomic::Ordering::Relaxed);
+        (bits != NO_LOAD).then(|| f64::from_bits(bits))
     }
 
     /// The session's journal.

@@ -97,9 +97,74 @@ impl HostValue {
     }
 }
 
+/// The value of a load key (`{ns}/loads/{store}`, written by a session host at most once per
+/// [`LoadBalance::publish_every`](crate::LoadBalance::publish_every), attached to its node
+/// lease): the smoothed load of the sessions it holds, how many they are, and the host's nonce
+/// (its leave's delete is guarded by the value).
+///
+/// ```text
+/// leasehold-load/1 {load} {sessions} {host nonce}
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LoadValue {
+    pub(crate) load: f64,
+    pub(crate) sessions: usize,
+    pub(crate) nonce: Uuid,
+}
+
+const LOAD_V1: &str = "leasehold-load/1";
+
+impl LoadValue {
+    pub(crate) fn encode(&self) -> String {
+        format!("{LOAD_V1} {} {} {}", self.load, self.sessions, self.nonce)
+    }
+
+    /// `None` for anything that is not a load value of a version this release reads (or
+    /// whose load is not finite and at least 0).
+    pub(crate) fn decode(value: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut fields = text.split(' ');
+        if fields.next()? != LOAD_V1 {
+            return None;
+        }
+        let load: f64 = fields.next()?.parse().ok()?;
+        if !load.is_finite() || load < 0.0 {
+            return None;
+        }
+        Some(Self {
+            load,
+            sessions: fields.next()?.parse().ok()?,
+            nonce: fields.next()?.parse().ok()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_values_round_trip_and_garbage_is_none() {
+        for load in [0.0, 1.5, 870.125, 1e12] {
+            let value = LoadValue {
+                load,
+                sessions: 300,
+                nonce: Uuid::now_v7(),
+            };
+            assert_eq!(LoadValue::decode(value.encode().as_bytes()), Some(value));
+        }
+        let nonce = Uuid::nil();
+        for garbage in [
+            String::new(),
+            format!("leasehold-load/2 1 2 {nonce}"),
+            format!("leasehold-load/1 NaN 2 {nonce}"),
+            format!("leasehold-load/1 -1 2 {nonce}"),
+            format!("leasehold-load/1 inf 2 {nonce}"),
+            "leasehold-load/1 1 2".to_owned(),
+        ] {
+            assert_eq!(LoadValue::decode(garbage.as_bytes()), None, "{garbage:?}");
+        }
+    }
 
     #[test]
     fn host_values_round_trip_and_garbage_has_no_maximum() {

@@ -26,6 +26,38 @@ pub const MOVE_WITHDRAWN_AFTER: Duration = Duration::from_secs(60);
 
 const V1: &str = "leasehold-move/1";
 
+/// The transaction that asks for a move (step 1 of
+/// [`Admin::move_session`](crate::Admin::move_session)): `asked` is put on the target's node
+/// lease if the session is still owned at `owner_revision` (its owner key's create revision),
+/// the target's host key is still as read (`host_lease`, `host_mod_revision`), the target is
+/// not drained and no move of the session is under way; otherwise the move key is read back.
+pub(crate) fn ask_txn(
+    namespace: &crate::keys::Namespace,
+    session: Uuid,
+    owner_revision: i64,
+    target: Uuid,
+    (host_lease, host_mod_revision): (i64, i64),
+    asked: &str,
+) -> etcd_client::Txn {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let (owner, host) = (namespace.owner_key(session), namespace.host_key(target));
+    let (drain, moving) = (namespace.drain_key(target), namespace.move_key(session));
+    Txn::new()
+        .when([
+            Compare::create_revision(owner.as_str(), CompareOp::Equal, owner_revision),
+            Compare::lease(host.as_str(), CompareOp::Equal, host_lease),
+            Compare::mod_revision(host.as_str(), CompareOp::Equal, host_mod_revision),
+            Compare::create_revision(drain.as_str(), CompareOp::Equal, 0),
+            Compare::create_revision(moving.as_str(), CompareOp::Equal, 0),
+        ])
+        .and_then([TxnOp::put(
+            moving.as_str(),
+            asked,
+            Some(PutOptions::new().with_lease(host_lease)),
+        )])
+        .or_else([TxnOp::get(moving.as_str(), None)])
+}
+
 /// A decoded move value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MoveValue {

@@ -248,6 +248,14 @@ impl Registry {
             .is_some_and(|entry| entry.held_elsewhere)
     }
 
+    /// Wakes the standbys of `session` (its move to this store became ready: the session may
+    /// be free already, with no delete to come that would wake them).
+    pub(crate) fn notify_waiters(&self, session: Uuid) {
+        for waiter in self.entries.get(&session).iter().flat_map(|e| &e.waiters) {
+            waiter.notify_one();
+        }
+    }
+
     /// Wakes every standby (after a watch restart: events may have been missed, so no session
     /// is known to be held elsewhere until the next event).
     pub(crate) fn notify_all_waiters(&mut self) {

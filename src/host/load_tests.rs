@@ -1,0 +1,343 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{HostLoad, Meter, Move, SessionLoad, plan, published, shed_order, smoothed, targets};
+
+fn host(n: u128, load: f64, weight: u32) -> HostLoad {
+    HostLoad {
+        store: Uuid::from_u128(n),
+        load,
+        weight,
+        takes: true,
+    }
+}
+
+fn sessions(loads: &[f64]) -> Vec<SessionLoad> {
+    loads
+        .iter()
+        .enumerate()
+        .map(|(i, &load)| SessionLoad {
+            session: Uuid::from_u128(100 + i as u128),
+            load,
+        })
+        .collect()
+}
+
+#[test]
+fn a_sample_counts_for_half_after_one_half_life() {
+    let second = Duration::from_secs(1);
+    assert_eq!(
+        smoothed(None, 8.0, second, second),
+        8.0,
+        "the first as it is"
+    );
+    assert_eq!(smoothed(Some(0.0), 8.0, second, second), 4.0);
+    assert_eq!(smoothed(Some(0.0), 8.0, second * 2, second), 6.0);
+    assert_eq!(smoothed(Some(8.0), 8.0, second * 5, second), 8.0);
+    assert_eq!(smoothed(Some(2.0), 8.0, second, Duration::ZERO), 8.0);
+    assert!(smoothed(Some(0.0), 8.0, Duration::from_millis(1), second) < 0.01);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_meter_counts_appends_per_second_unless_the_work_reports_its_load() {
+    let half_life = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let mut meter = Meter::new(10, t0);
+    assert_eq!(meter.load(), 0.0);
+    // 20 appends in 2 s: the first sample is taken as it is.
+    assert_eq!(
+        meter.sample(None, 30, t0 + Duration::from_secs(2), half_life),
+        10.0
+    );
+    // No append for a second: half-way down.
+    assert_eq!(
+        meter.sample(None, 30, t0 + Duration::from_secs(3), half_life),
+        5.0
+    );
+    // The work reports 25: half-way up, whatever the appends.
+    assert_eq!(
+        meter.sample(Some(25.0), 90, t0 + Duration::from_secs(4), half_life),
+        15.0
+    );
+    // Sampled twice at once: the same load.
+    assert_eq!(
+        meter.sample(Some(0.0), 90, t0 + Duration::from_secs(4), half_life),
+        15.0
+    );
+    // A report that is not a load counts as 0.
+    let mut meter = Meter::new(0, t0);
+    assert_eq!(
+        meter.sample(Some(f64::NAN), 5, t0 + Duration::from_secs(1), half_life),
+        0.0
+    );
+    assert_eq!(published(-3.0), 0.0);
+    assert_eq!(published(f64::INFINITY), 0.0);
+    assert_eq!(published(1.23456), 1.235);
+}
+
+#[test]
+fn targets_are_the_weights_shares_of_the_total() {
+    let hosts = [host(1, 385.0, 2), host(2, 290.0, 1), host(3, 195.0, 1)];
+    assert_eq!(targets(&hosts), [435.0, 217.5, 217.5]);
+    let mut draining = hosts.clone();
+    draining[2].takes = false;
+    assert_eq!(targets(&draining), [580.0, 290.0, 0.0]);
+}
+
+#[test]
+fn a_host_within_its_band_moves_nothing() {
+    let mine = sessions(&[20.0, 10.0, 1.0]);
+    // Target 100 each; 109 and 91 are within a band of 10 %.
+    let hosts = [host(1, 109.0, 1), host(2, 100.0, 1), host(3, 91.0, 1)];
+    assert_eq!(plan(0, &hosts, &mine, 0.1), None);
+    // 111 is not.
+    let hosts = [host(1, 111.0, 1), host(2, 100.0, 1), host(3, 89.0, 1)];
+    assert!(plan(0, &hosts, &mine, 0.1).is_some());
+    // A host under its target moves nothing, whatever the others.
+    assert_eq!(plan(2, &hosts, &mine, 0.1), None);
+    // Within the band itself, but another host is under it by more: it moves.
+    let hosts = [host(1, 105.0, 1), host(2, 107.0, 1), host(3, 88.0, 1)];
+    assert!(plan(0, &hosts, &mine, 0.1).is_some());
+}
+
+#[test]
+fn the_move_that_best_closes_both_gaps_goes_to_the_host_furthest_below() {
+    let mine = sessions(&[20.0, 1.0, 1.0, 40.0, 5.0]);
+    // Targets 290: over by 95; host 3 under by 95, host 2 at its target.
+    let hosts = [host(1, 385.0, 1), host(2, 290.0, 1), host(3, 195.0, 1)];
+    let planned = plan(0, &hosts, &mine, 0.1).unwrap();
+    assert_eq!(planned.to, Uuid::from_u128(3));
+    assert_eq!(planned.load, 40.0, "the one that closes the most");
+    // Gaps of 15: the 20 closes 15 (what a 15 would), the 5 closes only 5.
+    let hosts = [host(1, 305.0, 1), host(2, 290.0, 1), host(3, 275.0, 1)];
+    let planned = plan(0, &hosts, &mine, 0.01).unwrap();
+    assert_eq!(planned.load, 20.0);
+    // Gaps of 15 and 30 (two hosts under): the 20 and the 40 would both close 30 in all;
+    // the colder is moved, to the host furthest below.
+    let hosts = [host(1, 320.0, 1), host(2, 290.0, 1), host(3, 260.0, 1)];
+    let planned = plan(0, &hosts, &mine, 0.01).unwrap();
+    assert_eq!((planned.load, planned.to), (20.0, Uuid::from_u128(3)));
+}
+
+#[test]
+fn a_move_that_closes_less_than_half_a_band_is_not_made() {
+    // Host 1 barely over its target (290), host 3 under it by more than the band: a cold
+    // session would close 2 of the gaps, a hot one no more; half a band is 14.5.
+    let mine = sessions(&[1.0, 1.0, 20.0]);
+    let hosts = [host(1, 291.0, 1), host(2, 320.0, 1), host(3, 259.0, 1)];
+    assert_eq!(plan(0, &hosts, &mine, 0.1), None);
+    // Host 2, over by 30: its hot session closes 40.
+    let planned = plan(1, &hosts, &mine, 0.1).unwrap();
+    assert_eq!((planned.load, planned.to), (20.0, Uuid::from_u128(3)));
+}
+
+#[test]
+fn a_session_heavier_than_both_gaps_together_stays() {
+    // One giant of 500 and a host that holds it alone.
+    let mine = sessions(&[500.0]);
+    let hosts = [host(1, 500.0, 1), host(2, 50.0, 1), host(3, 50.0, 1)];
+    assert_eq!(plan(0, &hosts, &mine, 0.1), None);
+    // Its smaller sessions do move.
+    let mine = sessions(&[500.0, 10.0, 10.0]);
+    let hosts = [host(1, 520.0, 1), host(2, 50.0, 1), host(3, 50.0, 1)];
+    let planned = plan(0, &hosts, &mine, 0.1).unwrap();
+    assert_eq!(planned.load, 10.0);
+}
+
+#[test]
+fn no_load_and_no_room_move_nothing() {
+    let mine = sessions(&[0.0, 0.0]);
+    let idle = [host(1, 0.0, 1), host(2, 0.0, 1)];
+    assert_eq!(plan(0, &idle, &mine, 0.1), None);
+    // Every other host drains.
+    let mine = sessions(&[5.0, 5.0]);
+    let mut hosts = [host(1, 10.0, 1), host(2, 0.0, 1)];
+    hosts[1].takes = false;
+    assert_eq!(plan(0, &hosts, &mine, 0.1), None);
+    // Not in the list: no plan.
+    assert_eq!(plan(5, &hosts, &mine, 0.1), None);
+}
+
+#[test]
+fn shedding_by_count_prefers_sessions_out_of_their_cooldown_then_the_nearest_load() {
+    let id = Uuid::from_u128;
+    let mut order = vec![
+        (id(1), 20.0, true),
+        (id(2), 1.0, false),
+        (id(3), 1.0, true),
+        (id(4), 5.0, true),
+    ];
+    shed_order(&mut order, 0.0);
+    let ids: Vec<Uuid> = order.iter().map(|s| s.0).collect();
+    assert_eq!(
+        ids,
+        [id(3), id(4), id(1), id(2)],
+        "coldest first, cooling last"
+    );
+    shed_order(&mut order, 18.0);
+    let ids: Vec<Uuid> = order.iter().map(|s| s.0).collect();
+    assert_eq!(
+        ids,
+        [id(1), id(4), id(3), id(2)],
+        "nearest the load to shed first"
+    );
+}
+
+/// A fleet as the hosts balance it: each host plans within a budget per round, against the
+/// loads published at the round's start; each move is followed by the count's return (the
+/// target sheds its coldest session, which the mover takes back).
+struct Fleet {
+    weights: Vec<u32>,
+    /// Each host's sessions' loads.
+    held: Vec<Vec<SessionLoad>>,
+    moves: usize,
+}
+
+impl Fleet {
+    fn loads(&self) -> Vec<f64> {
+        self.held
+            .iter()
+            .map(|held| held.iter().map(|s| s.load).sum())
+            .collect()
+    }
+
+    fn hosts(&self) -> Vec<HostLoad> {
+        let loads = self.loads();
+        (0..self.held.len())
+            .map(|h| host(h as u128, loads[h], self.weights[h]))
+            .collect()
+    }
+
+    /// One round: every host plans at most `budget` moves; true if any was made.
+    fn round(&mut self, budget: usize, band: f64) -> bool {
+        let published = self.hosts();
+        let mut moved = false;
+        for me in 0..self.held.len() {
+            let mut seen = published.clone();
+            seen[me].load = self.loads()[me];
+            let mut cooling: Vec<Uuid> = Vec::new();
+            for _ in 0..budget {
+                let movable: Vec<SessionLoad> = self.held[me]
+                    .iter()
+                    .filter(|s| !cooling.contains(&s.session))
+                    .copied()
+                    .collect();
+                let Some(Move { session, load, to }) = plan(me, &seen, &movable, band) else {
+                    break;
+                };
+                let to = to.as_u128() as usize;
+                let at = self.held[me]
+                    .iter()
+                    .position(|s| s.session == session)
+                    .unwrap();
+                let taken = self.held[me].remove(at);
+                // The target sheds its coldest (it was not moved there), the mover takes it.
+                let coldest = (0..self.held[to].len())
+                    .min_by(|&a, &b| self.held[to][a].load.total_cmp(&self.held[to][b].load))
+                    .unwrap();
+                let back = self.held[to].remove(coldest);
+                self.held[to].push(taken);
+                cooling.push(back.session);
+                self.held[me].push(back);
+                seen[me].load += back.load - load;
+                seen[to].load += load - back.load;
+                self.moves += 1;
+                moved = true;
+            }
+        }
+        moved
+    }
+}
+
+/// 300 sessions, 30 of them 20 times as heavy, placed by count with the hot ones uneven:
+/// `hot[h]` on host `h`.
+fn fleet(weights: &[u32], counts: &[usize], hot: &[usize]) -> Fleet {
+    let mut next = 0u128;
+    let mut session = |load| {
+        next += 1;
+        SessionLoad {
+            session: Uuid::from_u128(next),
+            load,
+        }
+    };
+    let held = counts
+        .iter()
+        .zip(hot)
+        .map(|(&count, &hot)| {
+            (0..count)
+                .map(|i| session(if i < hot { 20.0 } else { 1.0 }))
+                .collect()
+        })
+        .collect();
+    Fleet {
+        weights: weights.to_vec(),
+        held,
+        moves: 0,
+    }
+}
+
+fn within_band(fleet: &Fleet, band: f64) -> bool {
+    let targets = targets(&fleet.hosts());
+    fleet
+        .loads()
+        .iter()
+        .zip(&targets)
+        .all(|(load, target)| (load - target).abs() <= target * band)
+}
+
+#[test]
+fn hot_sessions_placed_by_count_spread_within_the_band_in_a_few_moves() {
+    for (weights, counts, hot) in [
+        (vec![1, 1, 1], vec![100, 100, 100], vec![20, 10, 0]),
+        (vec![1, 1, 1], vec![100, 100, 100], vec![30, 0, 0]),
+        (vec![2, 1, 1], vec![150, 75, 75], vec![0, 15, 15]),
+        (vec![2, 1, 1], vec![150, 75, 75], vec![30, 0, 0]),
+    ] {
+        let mut fleet = fleet(&weights, &counts, &hot);
+        assert!(
+            !within_band(&fleet, 0.1),
+            "{weights:?} {hot:?} starts out of its band"
+        );
+        let mut rounds = 0;
+        while fleet.round(2, 0.1) {
+            rounds += 1;
+            assert!(
+                rounds < 20,
+                "{weights:?} {hot:?}: still moving after 20 rounds"
+            );
+        }
+        assert!(
+            within_band(&fleet, 0.1),
+            "{weights:?} {hot:?}: {:?}",
+            fleet.loads()
+        );
+        // The fewest moves: each hot session a host holds beyond its share, moved once.
+        let loads: Vec<usize> = fleet.held.iter().map(Vec::len).collect();
+        assert_eq!(loads, counts, "the counts are kept");
+        let total: u32 = weights.iter().sum();
+        let fewest: usize = hot
+            .iter()
+            .zip(&weights)
+            .map(|(&hot, &w)| hot.saturating_sub(30 * w as usize / total as usize))
+            .sum();
+        assert!(
+            fleet.moves <= fewest + 2,
+            "{weights:?} {hot:?}: {} moves, the fewest {fewest}",
+            fleet.moves
+        );
+        println!(
+            "{weights:?} {hot:?}: {} moves in {rounds} rounds (fewest {fewest})",
+            fleet.moves
+        );
+    }
+}
+
+#[test]
+fn loads_that_are_alike_move_nothing() {
+    for hot in [[10, 10, 10], [0, 0, 0], [11, 10, 9]] {
+        let mut alike = fleet(&[1, 1, 1], &[100, 100, 100], &hot);
+        assert!(!alike.round(2, 0.1), "{hot:?}");
+    }
+}
