@@ -20,9 +20,10 @@
 //!   owned) carry `{"store", "node", "advertise", "revision"}`; `"missed"` carries
 //!   `"changes"`, how many this output fell behind by.
 //! - `hosts --json`: `{"hosts": [host…]}`, each host `{"store", "node", "advertise",
-//!   "metadata_hex", "max_sessions", "draining", "weight", "sessions", "started_at",
-//!   "lease_id"}` where `advertise`, `max_sessions` (0 while draining) and `started_at`
-//!   (RFC 3339, the host's clock) may be `null` and `metadata_hex` is `""` without metadata.
+//!   "metadata_hex", "max_sessions", "draining", "weight", "sessions", "load", "started_at",
+//!   "lease_id"}` where `advertise`, `max_sessions` (0 while draining), `load` (the sum of its
+//!   sessions' smoothed loads as it last published it) and `started_at` (RFC 3339, the host's
+//!   clock) may be `null` and `metadata_hex` is `""` without metadata.
 //! - `journal show --json`: JSON Lines, one object per record: `{"seq", "epoch", "kind"}`
 //!   with `kind` `"event"` or `"fence"`; an event adds `"payload"` (UTF-8 text) or, when the
 //!   payload is not UTF-8, `"payload_hex"`; a fence adds `"previous"` (`{"seq", "epoch"}` or

@@ -7,18 +7,16 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+mod nodes;
+
 use std::collections::{HashMap, HashSet};
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
-use leasehold::testing::{AppendHistory, EtcdNode, check_journal, random_namespace, wait_for};
-use leasehold::{Appended, Namespace, Record, Uuid};
-use tokio::io::AsyncBufReadExt as _;
-use tokio::process::{Child, Command};
-use tokio::task::JoinHandle;
+use leasehold::Namespace;
+use leasehold::testing::{EtcdNode, check_journal, random_namespace, wait_for};
 use tokio::time::Instant;
+
+use nodes::{Node, acknowledged, count, events, field, owner_keys, owners, told};
 
 const SESSIONS: usize = 30;
 /// The node lease's TTL. A node renews every TTL/3, so its lease outlives its last renewal by
@@ -28,160 +26,8 @@ const TTL: u64 = 6;
 /// wakes the standbys at once. Well under the 4 s that an expiry would take at the least, so
 /// passing this bound shows that the sessions were released, not left to expire.
 const LEAVE_BOUND: Duration = Duration::from_millis(2500);
-
-/// One `leasehold node` process, with every line it printed so far.
-struct Node {
-    name: &'static str,
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: JoinHandle<()>,
-}
-
-impl Node {
-    fn spawn(endpoint: &str, namespace: &Namespace, name: &'static str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args([
-                "node",
-                "--sessions",
-                &SESSIONS.to_string(),
-                "--endpoints",
-                endpoint,
-                "--namespace",
-                namespace.as_str(),
-                "--node",
-                name,
-                "--ttl",
-                &TTL.to_string(),
-                "--margin",
-                "1",
-                "--print-appends",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let reader = tokio::spawn({
-            let lines = lines.clone();
-            async move {
-                let mut reader = tokio::io::BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    lines.lock().unwrap().push(line);
-                }
-            }
-        });
-        Self {
-            name,
-            child,
-            lines,
-            reader,
-        }
-    }
-
-    /// The lines printed so far.
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// Waits for the process to exit and for the last of its output.
-    async fn exited(&mut self) -> ExitStatus {
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("node {} exits", self.name))
-            .unwrap();
-        tokio::time::timeout(Duration::from_secs(5), &mut self.reader)
-            .await
-            .expect("its stdout closes")
-            .unwrap();
-        status
-    }
-}
-
-/// The value of `key=value` in a line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-}
-
-/// One heartbeat a node reported: (session, epoch, seq, payload). `seq` is `None` for a
-/// heartbeat whose append failed (its outcome unknown to the test).
-type Beat = (Uuid, i64, Option<u64>, String);
-
-/// The heartbeats in a node's lines, in the order printed: `appended session=… epoch=… seq=…
-/// beat=…` and `heartbeat session=… epoch=… beat=… failed: …`.
-fn beats(node: &str, lines: &[String]) -> Vec<Beat> {
-    let parse = |line: &str, seq: Option<u64>| {
-        let get = |key| field(line, key).unwrap_or_else(|| panic!("no {key} in {line:?}"));
-        let (epoch, beat) = (get("epoch"), get("beat"));
-        (
-            get("session").parse().unwrap(),
-            epoch.parse().unwrap(),
-            seq,
-            format!("heartbeat {node} epoch={epoch} beat={beat}"),
-        )
-    };
-    lines
-        .iter()
-        .filter_map(|line| {
-            if line.contains(&format!("] {node} appended session=")) {
-                let seq = field(line, "seq").unwrap().parse().unwrap();
-                Some(parse(line, Some(seq)))
-            } else if line.contains(&format!("] {node} heartbeat session=")) {
-                Some(parse(line, None))
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-/// What the nodes were told about a session's heartbeats: the history for the checker, and
-/// where each acknowledged one landed (seq → payload).
-#[derive(Default)]
-struct Told {
-    history: AppendHistory,
-    landed: Vec<(u64, String)>,
-}
-
-/// What the nodes were told about each heartbeat, per session.
-fn told(nodes: &HashMap<&str, Node>) -> HashMap<Uuid, Told> {
-    let mut told: HashMap<Uuid, Told> = HashMap::new();
-    for node in nodes.values() {
-        for (session, _, seq, payload) in beats(node.name, &node.lines()) {
-            let told = told.entry(session).or_default();
-            match seq {
-                Some(seq) => {
-                    let appended = Appended {
-                        first_seq: seq,
-                        last_seq: seq,
-                        revision: 0,
-                    };
-                    told.history.record(&[&payload], &Ok(appended));
-                    told.landed.push((seq, payload));
-                }
-                None => told.history.record_unknown(&[&payload]),
-            }
-        }
-    }
-    told
-}
-
-/// seq → payload of every event in a session's journal.
-async fn events(store: &leasehold::Store, session: Uuid) -> HashMap<u64, String> {
-    let mut events = HashMap::new();
-    let mut replay = store.replay_records(session);
-    while let Some(record) = replay.next().await {
-        if let Record::Event(event) = record.expect("the journal replays") {
-            events.insert(
-                event.seq,
-                String::from_utf8_lossy(&event.payload).into_owned(),
-            );
-        }
-    }
-    events
-}
+/// What every node is started with besides its sessions.
+const NODE_ARGS: [&str; 4] = ["--ttl", "6", "--margin", "1"];
 
 /// Whether every session's current owner has had a heartbeat acknowledged under its epoch:
 /// a record written after the last ownership change.
@@ -190,12 +36,7 @@ async fn heartbeats_under_owners(
     namespace: &Namespace,
     nodes: &HashMap<&str, Node>,
 ) -> bool {
-    let acknowledged: HashSet<(Uuid, i64)> = nodes
-        .values()
-        .flat_map(|node| beats(node.name, &node.lines()))
-        .filter(|(_, _, seq, _)| seq.is_some())
-        .map(|(session, epoch, _, _)| (session, epoch))
-        .collect();
+    let acknowledged = acknowledged(nodes.values().map(|node| (node.name, node.lines())));
     let owners = owner_keys(raw, namespace).await;
     owners.len() == SESSIONS
         && owners
@@ -234,54 +75,6 @@ async fn journals_open_within(raw: &etcd_client::Client, namespace: &Namespace) 
     .unwrap();
 }
 
-/// (session, owning node, epoch) of every owner key.
-async fn owner_keys(raw: &etcd_client::Client, namespace: &Namespace) -> Vec<(Uuid, String, i64)> {
-    let response = raw
-        .clone()
-        .get(
-            namespace.owners_prefix(),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            let key = std::str::from_utf8(kv.key()).unwrap();
-            let session = key.rsplit('/').next().unwrap().parse().unwrap();
-            // leasehold-owner/1 {store} {nonce} {node}
-            let value = std::str::from_utf8(kv.value()).unwrap();
-            let node = value.splitn(4, ' ').nth(3).unwrap().to_owned();
-            (session, node, kv.create_revision())
-        })
-        .collect()
-}
-
-/// session → owning node, read from the owner keys themselves.
-async fn owners(raw: &etcd_client::Client, namespace: &Namespace) -> HashMap<Uuid, String> {
-    owner_keys(raw, namespace)
-        .await
-        .into_iter()
-        .map(|(session, node, _)| (session, node))
-        .collect()
-}
-
-async fn wait_until_owned(
-    raw: &etcd_client::Client,
-    ns: &Namespace,
-    what: &str,
-    timeout: Duration,
-    accept: impl Fn(&HashMap<Uuid, String>) -> bool,
-) -> HashMap<Uuid, String> {
-    wait_for(what, timeout, || async {
-        let owners = owners(raw, ns).await;
-        (owners.len() == SESSIONS && accept(&owners)).then_some(owners)
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_move_when_a_node_dies_or_leaves() {
     let etcd = EtcdNode::start().await.expect("etcd starts");
@@ -289,13 +82,19 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
     let raw = common::raw(etcd.endpoint()).await;
     let mut nodes: HashMap<&str, Node> = ["a", "b", "c"]
         .into_iter()
-        .map(|name| (name, Node::spawn(etcd.endpoint(), &ns, name)))
+        .map(|name| {
+            (
+                name,
+                Node::spawn(etcd.endpoint(), &ns, name, SESSIONS, &NODE_ARGS),
+            )
+        })
         .collect();
 
     // --- every session owned, by exactly one node (one owner key each), its journal open
-    wait_until_owned(
+    nodes::wait_until_owned(
         &raw,
         &ns,
+        SESSIONS,
         "all 30 sessions owned",
         Duration::from_secs(30),
         |_| true,
@@ -303,8 +102,6 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
     .await;
     journals_open_within(&raw, &ns).await;
     let before = owners(&raw, &ns).await;
-    let count =
-        |owners: &HashMap<Uuid, String>, node: &str| owners.values().filter(|n| *n == node).count();
     println!(
         "owned: a {}, b {}, c {}",
         count(&before, "a"),
@@ -321,9 +118,10 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         .unwrap();
     let killed = Instant::now();
     nodes.get_mut(victim).unwrap().child.start_kill().unwrap();
-    wait_until_owned(
+    nodes::wait_until_owned(
         &raw,
         &ns,
+        SESSIONS,
         "the killed node's sessions owned again",
         Duration::from_secs(TTL + 3),
         |owners| count(owners, victim) == 0,
@@ -342,15 +140,12 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
         .filter(|n| *n != victim)
         .max_by_key(|n| count(&after_kill, n))
         .unwrap();
-    let pid = nodes[leaver].child.id().unwrap();
     let left = Instant::now();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    wait_until_owned(
+    nodes[leaver].terminate();
+    nodes::wait_until_owned(
         &raw,
         &ns,
+        SESSIONS,
         "the leaving node's sessions moved",
         LEAVE_BOUND,
         |owners| count(owners, leaver) == 0,
@@ -398,7 +193,7 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
     .await
     .unwrap();
     // Taken before the journals are read: every append acknowledged by now has committed.
-    let mut told = told(&nodes);
+    let mut told = told(nodes.values().map(|node| (node.name, node.lines())));
     let store = common::store(&[etcd.endpoint().to_owned()], &ns, "checker", 10).await;
     let (mut total, mut acknowledged) = (0, 0);
     for (session, first_owner) in &before {

@@ -26,6 +26,7 @@ struct HostJson {
     draining: bool,
     weight: u32,
     sessions: usize,
+    load: Option<f64>,
     started_at: Option<String>,
     lease_id: i64,
 }
@@ -41,6 +42,7 @@ impl From<&Host> for HostJson {
             draining: host.draining,
             weight: host.weight,
             sessions: host.sessions,
+            load: host.load,
             started_at: host
                 .started_at
                 .map(|at| humantime::format_rfc3339_millis(at).to_string()),
@@ -65,14 +67,24 @@ pub(crate) async fn hosts(common: &Common, args: &HostsArgs) -> Result<(), Failu
         return Ok(());
     }
     let mut table = Table::new(
-        &["NODE", "ADVERTISE", "SESSIONS", "MAX", "SINCE", "STORE"],
-        &[false, false, true, true, false, false],
+        &[
+            "NODE",
+            "ADVERTISE",
+            "SESSIONS",
+            "LOAD",
+            "MAX",
+            "SINCE",
+            "STORE",
+        ],
+        &[false, false, true, true, true, false, false],
     );
     for host in &hosts {
         table.row(vec![
             host.node.clone(),
             host.advertise.clone().unwrap_or_else(|| "-".to_owned()),
             host.sessions.to_string(),
+            host.load
+                .map_or_else(|| "-".to_owned(), |load| format!("{load:.1}")),
             match host.max_sessions {
                 _ if host.draining => "draining".to_owned(),
                 Some(max) => max.to_string(),

@@ -17,13 +17,15 @@
 //! leasehold's per-operation latencies over all rounds; for `scale`, where the acquisitions
 //! are pipelined, the gaps between one completion and the next; for `scale_hosted`, the time
 //! until all sessions were owned, and on its probe lines each journal's wait (see [`hosted`]);
-//! for `directory`, each line's own (see [`directory`]).
+//! for `directory`, each line's own (see [`directory`]); for `placement`, the time until every
+//! host's load was within its band (see [`placement`]).
 
 mod directory;
 mod hosted;
 mod journal;
 mod lease;
 mod moves;
+mod placement;
 mod scale;
 mod sidecar;
 mod sidecar_memory;
@@ -86,10 +88,11 @@ enum Scenario {
     SidecarAppend,
     SidecarMemory,
     Directory,
+    Placement,
 }
 
 impl Scenario {
-    const EACH: [Scenario; 13] = [
+    const EACH: [Scenario; 14] = [
         Scenario::Append,
         Scenario::GroupCommit,
         Scenario::Sessions,
@@ -103,6 +106,7 @@ impl Scenario {
         Scenario::SidecarAppend,
         Scenario::SidecarMemory,
         Scenario::Directory,
+        Scenario::Placement,
     ];
 }
 
@@ -409,6 +413,7 @@ async fn bench(
                 let entries = args.scale_sessions.unwrap_or(DIRECTORY_ENTRIES);
                 bench.directory(entries).await?
             }
+            Scenario::Placement => bench.placement().await?,
         }
     }
     Ok(())
