@@ -183,7 +183,8 @@ cmd_test() {
     journal_open journal_limits journal_replay journal_retention journal_fencing journal_group_commit
     journal_shared_sessions journal_handover journal_unknown_outcome journal_owner_compare
     journal_idempotency
-    host_sessions host_remove host_registry host_move host_sets rig_gc rig_shutdown
+    host_sessions host_remove host_registry host_registry_finish host_move host_sets host_load
+    rig_gc rig_shutdown
     liveness_balance liveness_blip liveness_bounded_tasks liveness_host_recovers liveness_leader_kill
     liveness_resolve_on_loss liveness_shutdown_order liveness_workspace_root
     security_auth security_tls cli_admin sidecar sidecar_writes)

@@ -46,7 +46,7 @@ command -v cargo-mutants >/dev/null || {
 
 files=(src/journal/{cas,fence,record}.rs src/journal/queue/mod.rs
   src/store/{acquire,cleanup,registry,owner_watch,renewal}.rs src/lease/{ownership,validity}.rs
-  src/etcd/write.rs src/backoff.rs)
+  src/etcd/write.rs src/backoff.rs src/host/load.rs)
 # The code under test, as regexes over the names `cargo mutants --list` prints.
 targets=(
   # the append transaction and how its outcome is read; the fence at open
@@ -70,6 +70,8 @@ targets=(
   'src/backoff\.rs'
   # record decoding
   'src/journal/record\.rs:.*(decode_record|decode_tip|seq_of_key|Reader|:2[67]:)'
+  # the balance by load: the smoothing, the targets, the plan, the shed order
+  'src/host/load\.rs'
 )
 if [ -n "${MUTANTS_FILES:-}" ]; then
   read -r -a only <<<"$MUTANTS_FILES"
@@ -83,7 +85,7 @@ fi
 # Stage 2's groups: a file pattern, and the integration tests that aim at that code.
 groups=(
   "journal|src/journal/|journal_owner_compare journal_fencing journal_group_commit journal_shared_sessions journal_open journal_unknown_outcome journal_handover journal_limits journal_replay liveness_resolve_on_loss"
-  "acquire|src/store/acquire|lease_acquire_moving lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive journal_nospace security_auth host_move"
+  "acquire|src/store/acquire|lease_acquire_moving lease_acquire_unknown lease_epochs lease_standby lease_release lease_keepalive journal_nospace security_auth host_move host_registry_finish"
   "cleanup|src/store/cleanup|lease_release lease_acquire_unknown rig_gc rig_shutdown"
   "ownership|src/lease/ownership|journal_owner_compare rig_gc journal_fencing"
   "write|src/etcd/write|journal_unknown_outcome liveness_resolve_on_loss lease_acquire_unknown rig_gc write_failover security_auth"
@@ -92,6 +94,7 @@ groups=(
   "watch|src/store/owner_watch|lease_watch_resume lease_watch_loss lease_standby lease_acquire_unknown"
   "renewal|src/store/renewal|lease_keepalive lease_partition_expiry lease_cluster_faults liveness_blip liveness_leader_kill"
   "backoff|src/backoff|write_failover lease_watch_loss liveness_host_recovers"
+  "load|src/host/load|host_load"
 )
 
 args=(--no-shuffle)

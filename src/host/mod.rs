@@ -280,6 +280,9 @@ struct Inner {
     host_value: HostValue,
     /// The moves to this host it said it is ready for, as the last balance tick read them.
     moves: Mutex<HashMap<Uuid, moves::MoveIn>>,
+    /// The sessions hosted only because the registry has them (not given to `start` or
+    /// `add`): acquired only while the registry has them (`Store::acquire_registered`).
+    registered: Mutex<std::collections::HashSet<Uuid>>,
     /// The sessions being moved to other hosts, as the last balance tick read them: a shed
     /// leaves them to their move.
     moving_out: Mutex<std::collections::HashSet<Uuid>>,
@@ -421,6 +424,7 @@ impl SessionHost {
             host_value,
             moves: Mutex::new(HashMap::new()),
             moving_out: Mutex::new(std::collections::HashSet::new()),
+            registered: Mutex::new(std::collections::HashSet::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
             first_taken: std::sync::Once::new(),
             load: std::sync::atomic::AtomicU64::new(0f64.to_bits()),
@@ -445,6 +449,8 @@ impl SessionHost {
 
     /// Hosts `session` too (nothing happens if it is hosted already).
     pub fn add(&self, session: Uuid) {
+        // Hosted for itself now, whatever the registry says.
+        lock(&self.inner.registered).remove(&session);
         self.inner.add(session);
     }
 
@@ -584,7 +590,22 @@ impl Inner {
         self.resized.notify_one();
     }
 
+    /// Hosts `session` because the registry has it (see `registered`), unless it is hosted
+    /// already.
+    fn add_registered(self: &Arc<Self>, session: Uuid) {
+        if !lock(&self.wanted).contains_key(&session) {
+            lock(&self.registered).insert(session);
+            self.add(session);
+        }
+    }
+
+    /// Whether `session` is hosted only because the registry has it.
+    fn is_registered_only(&self, session: Uuid) -> bool {
+        lock(&self.registered).contains(&session)
+    }
+
     fn remove(&self, session: Uuid) {
+        lock(&self.registered).remove(&session);
         let mut wanted = lock(&self.wanted);
         if let Some(stop) = wanted.remove(&session) {
             self.set_digest

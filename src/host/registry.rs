@@ -99,7 +99,7 @@ async fn run(inner: &Arc<Inner>, followed: &mut Followed, pauses: &mut Backoff) 
                 inner.remove(*gone);
             }
             for session in &now {
-                inner.add(*session);
+                inner.add_registered(*session);
             }
             followed.sessions = now;
             followed.revision = Some(revision);
@@ -167,7 +167,7 @@ async fn run(inner: &Arc<Inner>, followed: &mut Followed, pauses: &mut Backoff) 
             match event.event_type() {
                 EventType::Put => {
                     followed.sessions.insert(session);
-                    inner.add(session);
+                    inner.add_registered(session);
                 }
                 EventType::Delete => {
                     followed.sessions.remove(&session);

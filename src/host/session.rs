@@ -17,6 +17,7 @@ use crate::backoff;
 use crate::lease::Lease;
 use crate::metrics::Metrics;
 use crate::rig::{Rig, RigError};
+use crate::store::AcquireError;
 use crate::store::Standby;
 
 /// After this many failed opens in a row, a session is quarantined (see
@@ -176,12 +177,10 @@ impl Idle {
             }
         };
         let moved = inner.moved_here(session);
-        let acquire = Box::pin(async {
-            match moved {
-                Some(mod_revision) => inner.store.acquire_moved(session, mod_revision).await,
-                None => inner.store.acquire_lease(session).await,
-            }
-        });
+        // A session hosted for the registry's sake only is acquired only while the registry
+        // has it: a host that hears late of its finish takes it no more.
+        let registered = inner.is_registered_only(session);
+        let acquire = Box::pin(inner.store.acquire_hosted(session, moved, registered));
         let acquired = tokio::select! {
             acquired = acquire => acquired,
             _ = stop.cancelled() => {
@@ -206,7 +205,12 @@ impl Idle {
             self.freed_elsewhere |= stand_by(&self.standby, inner, stop).await?;
             return Some(Acquired::Again);
         }
-        tracing::warn!(%session, %error, "session host cannot acquire");
+        if let AcquireError::NotRegistered { .. } = error {
+            // Finished: the registry's watch removes it here soon.
+            tracing::debug!(%session, "session host cannot acquire: not in the registry");
+        } else {
+            tracing::warn!(%session, %error, "session host cannot acquire");
+        }
         if inner.store.shared().shutdown.is_cancelled() {
             return None;
         }

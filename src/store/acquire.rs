@@ -99,14 +99,17 @@ fn hand_out(loss: Option<LossReason>) -> Result<(), AcquireError> {
 impl StoreShared {
     /// Acquires `session`; `moved`: the `mod_revision` of a move of it to this store, as read,
     /// which the first send compares (and deletes) instead of comparing that there is none.
+    /// With `registered`, only while the session is in the registry (`{ns}/sessions/`): the
+    /// transaction compares that its key exists.
     pub(super) async fn acquire(
         self: Arc<Self>,
         session: Uuid,
         moved: Option<i64>,
+        registered: bool,
     ) -> Result<Lease, AcquireError> {
         let metrics = self.metrics.clone();
         let gate = moved.map_or(Gate::NoMove, |mod_revision| Gate::Move { mod_revision });
-        let acquired = self.acquire_once(session, gate).await;
+        let acquired = self.acquire_once(session, gate, registered).await;
         match &acquired {
             Ok(lease) => lease.state().count_held(&metrics),
             Err(AcquireError::Held(_) | AcquireError::Moving { .. }) => metrics.acquisition("held"),
@@ -119,6 +122,7 @@ impl StoreShared {
         self: Arc<Self>,
         session: Uuid,
         mut gate: Gate,
+        registered: bool,
     ) -> Result<Lease, AcquireError> {
         // The store's user may not see its namespace: permanent (see the owner watch).
         self.refused()?;
@@ -133,8 +137,10 @@ impl StoreShared {
         // under the acquisition is reported as moving, not chased.
         let mut chase = Chase::default();
         let outcome = loop {
-            let written = self.send_acquire(session, nonce, &node, gate).await;
-            match self.settle(session, nonce, gate, written) {
+            let written = self
+                .send_acquire(session, nonce, &node, gate, registered)
+                .await;
+            match self.settle(session, nonce, gate, registered, written) {
                 Ok(acquired) => break Ok(acquired),
                 Err(Settled::Failed(error)) => break Err(error),
                 Err(Settled::Gate(next)) => match chase.again(next, session, self.id) {
@@ -167,13 +173,15 @@ impl StoreShared {
     }
 
     /// Sends the acquire transaction (see the module docs) through the one write path;
-    /// `gate` says what it compares of the session's move key.
+    /// `gate` says what it compares of the session's move key; with `registered`, it also
+    /// compares that the session's registry key exists.
     async fn send_acquire(
         &self,
         session: Uuid,
         nonce: Uuid,
         node: &Arc<NodeLease>,
         gate: Gate,
+        registered: bool,
     ) -> Written {
         let key = self.namespace.owner_key(session);
         let tip_key = self.namespace.tip_key(session);
@@ -186,26 +194,45 @@ impl StoreShared {
             Some(PutOptions::new().with_lease(node.id)),
         );
         let get_tip = TxnOp::get(tip_key.as_str(), None);
-        let txn = match gate {
-            // No move under way.
-            Gate::NoMove => Txn::new()
-                .when([
-                    owner_absent,
-                    Compare::create_revision(move_key.as_str(), CompareOp::Equal, 0),
-                ])
-                .and_then([put, get_tip]),
-            // The move to this store, as read: it ends with this acquisition.
-            Gate::Move { mod_revision } => Txn::new()
-                .when([
-                    owner_absent,
-                    Compare::mod_revision(move_key.as_str(), CompareOp::Equal, mod_revision),
-                ])
-                .and_then([put, get_tip, TxnOp::delete(move_key.as_str(), None)]),
-        }
-        .or_else([
+        let session_key = self.namespace.session_key(session);
+        let mut compares = vec![owner_absent];
+        let mut otherwise = vec![
             TxnOp::get(key.as_str(), None),
             TxnOp::get(move_key.as_str(), None),
-        ]);
+        ];
+        if registered {
+            compares.push(Compare::create_revision(
+                session_key.as_str(),
+                CompareOp::Greater,
+                0,
+            ));
+            otherwise.push(TxnOp::get(session_key.as_str(), None));
+        }
+        let txn = match gate {
+            // No move under way.
+            Gate::NoMove => {
+                compares.push(Compare::create_revision(
+                    move_key.as_str(),
+                    CompareOp::Equal,
+                    0,
+                ));
+                Txn::new().when(compares).and_then([put, get_tip])
+            }
+            // The move to this store, as read: it ends with this acquisition.
+            Gate::Move { mod_revision } => {
+                compares.push(Compare::mod_revision(
+                    move_key.as_str(),
+                    CompareOp::Equal,
+                    mod_revision,
+                ));
+                Txn::new().when(compares).and_then([
+                    put,
+                    get_tip,
+                    TxnOp::delete(move_key.as_str(), None),
+                ])
+            }
+        }
+        .or_else(otherwise);
         let resolve = Txn::new().and_then([TxnOp::get(key.as_str(), None)]);
         // Shared with the store's other acquisitions and lifecycle writes ready at once, each
         // with its own compares (see `etcd::shared`).
@@ -243,6 +270,7 @@ impl StoreShared {
         session: Uuid,
         nonce: Uuid,
         gate: Gate,
+        registered: bool,
         written: Written,
     ) -> Result<(Epoch, Option<Option<KeyValue>>), Settled> {
         let holder = |response: &TxnResponse| gets(response).next().flatten();
@@ -256,6 +284,13 @@ impl StoreShared {
             Written::Replied(response) => {
                 if let Some(holder) = holder(&response) {
                     return Ok(adopted(self.adopt_or_held(session, nonce, &holder)?));
+                }
+                // Not held, and not in the registry: finished (or never registered).
+                if registered && gets(&response).nth(2).flatten().is_none() {
+                    return Err(AcquireError::NotRegistered {
+                        session_id: session,
+                    }
+                    .into());
                 }
                 // Not held: the move key failed the compare.
                 let moving = gets(&response).nth(1).flatten().map(|moving| InTheWay {

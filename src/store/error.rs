@@ -66,6 +66,14 @@ pub enum AcquireError {
     /// owner key was deleted or overtaken meanwhile). Transient: stand by and try again.
     #[error("the session was lost while it was being acquired ({0})")]
     Lost(LossReason),
+    /// The session is not in the registry ([`Store::acquire_registered`](crate::Store::acquire_registered)):
+    /// it was finished, or never created. Nothing was written. Permanent until the session is
+    /// created again.
+    #[error("session {session_id} is not in the registry (finished, or never created)")]
+    NotRegistered {
+        /// The session.
+        session_id: Uuid,
+    },
 }
 
 impl AcquireError {
@@ -80,7 +88,7 @@ impl AcquireError {
             | AcquireError::TimedOut { .. }
             | AcquireError::Lost(_) => true,
             AcquireError::Etcd(error) => error.class() != FailureClass::Permanent,
-            AcquireError::StoreClosed => false,
+            AcquireError::StoreClosed | AcquireError::NotRegistered { .. } => false,
         }
     }
 }

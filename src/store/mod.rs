@@ -448,18 +448,31 @@ impl Store {
     /// # }
     /// ```
     pub async fn acquire_lease(&self, session: Uuid) -> Result<Lease, AcquireError> {
-        self.acquire_gated(session, None).await
+        self.acquire_gated(session, None, false).await
     }
 
-    /// Acquires `session` as the target of its move, read with this `mod_revision`: the
-    /// transaction compares the move key instead of its absence, and deletes it (for the
-    /// session host; see [`Admin::move_session`](crate::Admin::move_session)).
-    pub(crate) async fn acquire_moved(
+    /// Acquires `session` as [`acquire_lease`](Self::acquire_lease) does, but only while it is
+    /// in the shared registry ([`Admin::create_session`](crate::Admin::create_session)): the
+    /// transaction also compares that the session's registry key exists, so once
+    /// [`Admin::finish_session`](crate::Admin::finish_session) has removed it, no acquisition
+    /// passes, however late its caller hears of the finish, and the journal the finish deletes
+    /// is not fenced again. [`AcquireError::NotRegistered`] when it is not registered (nothing
+    /// is written). Session hosts that follow the registry acquire its sessions this way.
+    pub async fn acquire_registered(&self, session: Uuid) -> Result<Lease, AcquireError> {
+        self.acquire_gated(session, None, true).await
+    }
+
+    /// Acquires `session` for a session host: as the target of its move if `moved` (the move
+    /// key's `mod_revision` as read: the transaction compares it instead of its absence, and
+    /// deletes it; see [`Admin::move_session`](crate::Admin::move_session)); only while it is
+    /// registered if `registered` (see [`acquire_registered`](Self::acquire_registered)).
+    pub(crate) async fn acquire_hosted(
         &self,
         session: Uuid,
-        mod_revision: i64,
+        moved: Option<i64>,
+        registered: bool,
     ) -> Result<Lease, AcquireError> {
-        self.acquire_gated(session, Some(mod_revision)).await
+        self.acquire_gated(session, moved, registered).await
     }
 
     #[tracing::instrument(name = "acquire", skip_all, parent = self.shared.span(), fields(%session, epoch = tracing::field::Empty))]
@@ -467,13 +480,18 @@ impl Store {
         &self,
         session: Uuid,
         moved: Option<i64>,
+        registered: bool,
     ) -> Result<Lease, AcquireError> {
         if self.shared.shutdown.is_cancelled() {
             return Err(AcquireError::StoreClosed);
         }
         // In the caller's task: if this future is dropped mid-flight, what it may have
         // committed is an orphan the watch deletes (see the module docs).
-        let acquired = self.shared.clone().acquire(session, moved).await;
+        let acquired = self
+            .shared
+            .clone()
+            .acquire(session, moved, registered)
+            .await;
         if let Ok(lease) = &acquired {
             tracing::Span::current().record("epoch", tracing::field::display(lease.epoch()));
         }
