@@ -23,6 +23,7 @@ const BAND: f64 = 0.1;
 const BUDGET: usize = 4;
 const BUDGET_INTERVAL: Duration = Duration::from_secs(2);
 const COOLDOWN: Duration = Duration::from_secs(5);
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// How soon the hosts must reach the band once the load changes.
 const WITHIN: Duration = Duration::from_secs(60);
 /// The longest a session may go without an acknowledged append (one every 500 ms).
@@ -31,7 +32,7 @@ const GAP_BOUND: Duration = Duration::from_secs(3);
 fn load_balance() -> LoadBalance {
     LoadBalance::default()
         .with_half_life(Duration::from_secs(1))
-        .with_publish_every(Duration::from_secs(1))
+        .with_publish_every(PUBLISH_EVERY)
         .with_band(BAND)
         .with_budget(BUDGET, BUDGET_INTERVAL)
         .with_cooldown(COOLDOWN)
@@ -182,6 +183,7 @@ async fn spread(weights: [u32; 3], hot: [usize; 3], load: LoadBalance) {
     }
     *shared.hot.write().unwrap() = turned;
     let changed = Instant::now();
+    let from_revision = common::revision(&etcd.raw).await;
     // Once every host has seen the new loads: out of the band.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let before = loads(&hosts, &weights);
@@ -224,9 +226,30 @@ async fn spread(weights: [u32; 3], hot: [usize; 3], load: LoadBalance) {
     let after = loads(&hosts, &weights);
     assert!(within_band(&after), "still within the band: {after:.0?}");
     let end = Instant::now();
+    let to_revision = common::revision(&etcd.raw).await;
     for host in &hosts {
         host.shutdown().await;
     }
+
+    // --- the loads' writes: at most one per host per publication interval
+    let loads_prefix = etcd.ns.loads_prefix();
+    let writes = common::history(&etcd.raw, from_revision, to_revision)
+        .await
+        .into_iter()
+        .filter(|change| change.put && change.key.starts_with(loads_prefix.as_bytes()))
+        .count();
+    let minutes = (end - changed).as_secs_f64() / 60.0;
+    let per_host = writes as f64 / weights.len() as f64;
+    let bound = (end - changed).as_secs_f64() / PUBLISH_EVERY.as_secs_f64() + 1.0;
+    println!(
+        "{weights:?}: {writes} load writes in {:.1?}, {:.0} per host per minute (at most one per {PUBLISH_EVERY:?})",
+        end - changed,
+        per_host / minutes
+    );
+    assert!(
+        per_host <= bound,
+        "{per_host} load writes per host, over {bound:.0}"
+    );
 
     // --- moves within the budget, none twice within its cooldown
     let events: Vec<Vec<(Instant, HostEvent)>> = seen
