@@ -13,10 +13,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use leasehold::Namespace;
-use leasehold::testing::{EtcdNode, check_journal, random_namespace, wait_for};
+use leasehold::testing::{EtcdNode, random_namespace, wait_for};
 use tokio::time::Instant;
 
-use nodes::{Node, acknowledged, count, events, field, owner_keys, owners, told};
+use nodes::{Node, acknowledged, check_told, count, field, owner_keys, owners, told};
 
 const SESSIONS: usize = 30;
 /// The node lease's TTL. A node renews every TTL/3, so its lease outlives its last renewal by
@@ -198,17 +198,7 @@ async fn sessions_move_when_a_node_dies_or_leaves() {
     let (mut total, mut acknowledged) = (0, 0);
     for (session, first_owner) in &before {
         let told = told.remove(session).unwrap_or_default();
-        let report = check_journal(&store, *session, &told.history)
-            .await
-            .unwrap_or_else(|violation| panic!("{violation}"));
-        let events = events(&store, *session).await;
-        for (seq, payload) in &told.landed {
-            assert_eq!(
-                events.get(seq),
-                Some(payload),
-                "session {session}: {payload:?} was acknowledged at seq {seq}"
-            );
-        }
+        let report = check_told(&store, *session, &told).await;
         if first_owner == victim || first_owner == leaver {
             assert!(
                 report.fence_epochs.len() >= 2,

@@ -179,6 +179,28 @@ pub(crate) fn told<'a>(
     told
 }
 
+/// Checks `session`'s journal against what its nodes were told (`told`): one sound chain (the
+/// checker's verdict, which panics on a violation) holding every acknowledged heartbeat at the
+/// sequence number its node was told. The checker's report.
+pub(crate) async fn check_told(
+    store: &leasehold::Store,
+    session: Uuid,
+    told: &Told,
+) -> leasehold::testing::JournalReport {
+    let report = leasehold::testing::check_journal(store, session, &told.history)
+        .await
+        .unwrap_or_else(|violation| panic!("{violation}"));
+    let events = events(store, session).await;
+    for (seq, payload) in &told.landed {
+        assert_eq!(
+            events.get(seq),
+            Some(payload),
+            "session {session}: {payload:?} was acknowledged at seq {seq}"
+        );
+    }
+    report
+}
+
 /// seq → payload of every event in a session's journal.
 pub(crate) async fn events(store: &leasehold::Store, session: Uuid) -> HashMap<u64, String> {
     let mut events = HashMap::new();
