@@ -102,13 +102,7 @@ impl Admin {
             .connection
             .range_at("list loads", &loads_prefix, revision)
             .await?;
-        let loads: HashMap<Uuid, f64> = loads
-            .iter()
-            .filter_map(|kv| {
-                let store = id_under(&loads_prefix, kv.key())?;
-                Some((store, LoadValue::decode(kv.value())?.load))
-            })
-            .collect();
+        let loads = LoadValue::by_store(&loads_prefix, &loads);
         let mut held: HashMap<Uuid, usize> = HashMap::new();
         for owner in owners
             .iter()

@@ -1,7 +1,7 @@
 //! Balance: this host's key, the live hosts, the share each may hold, shedding what is over
 //! it; and the leave (see the [module docs](super#balance)).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -163,13 +163,7 @@ impl Inner {
             .next()
             .map_or_else(Vec::new, |get| moves::listed(&moves_prefix, get.kvs()));
         let loads = gets.next().map_or_else(HashMap::new, |get| {
-            get.kvs()
-                .iter()
-                .filter_map(|kv| {
-                    let store = id_under(&loads_prefix, kv.key())?;
-                    Some((store, LoadValue::decode(kv.value())?.load))
-                })
-                .collect()
+            LoadValue::by_store(&loads_prefix, get.kvs())
         });
         let sets = gets.next().map_or_else(Vec::new, |get| get.kvs().to_vec());
         Some(Hosts {
@@ -322,10 +316,9 @@ struct Balance {
     load_sent_at: Option<Instant>,
     /// The node lease the drain key asked for this host was last read on.
     drain_lease: Option<i64>,
-    /// When each move by load within the budget's interval was asked for.
-    moves_made: VecDeque<Instant>,
-    /// The moves by load asked for lately, (target, load, when): added to the target's
-    /// published load until it publishes again.
+    /// The moves by load asked for lately, (target, load, when): those within the budget's
+    /// interval count against it, and each is added to its target's published load until the
+    /// target publishes again.
     recent: Vec<(Uuid, f64, Instant)>,
 }
 
@@ -434,7 +427,6 @@ impl Balance {
             load_confirmed: None,
             load_sent_at: None,
             drain_lease: None,
-            moves_made: VecDeque::new(),
             recent: Vec::new(),
             inner,
         }
@@ -522,7 +514,6 @@ impl Balance {
         if joining {
             return;
         }
-        let moving: HashSet<Uuid> = hosts.moves.iter().map(moves::Listed::session).collect();
         inner.follow_moves(hosts.moves).await;
         let counted = Counted {
             hosts: self.members.count(hosts.settled, hosts.joining),
@@ -532,7 +523,7 @@ impl Balance {
             value,
         };
         inner.take_share(counted.hosts.clone(), counted.said.as_ref(), &counted.value);
-        self.move_by_load(&counted.hosts, &hosts.keys, &hosts.loads, &moving)
+        self.move_by_load(&counted.hosts, &hosts.keys, &hosts.loads)
             .await;
         self.last = Some(counted);
     }

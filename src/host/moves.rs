@@ -30,9 +30,27 @@ use crate::store::{MOVE_WITHDRAWN_AFTER, MoveValue};
 
 /// Whether a write of the balance loop may go on: for three write attempts
 /// ([`leave_bound`]), so that etcd being out of reach does not hold the loop up.
-pub(super) fn bounded(policy: &WritePolicy) -> impl Fn() -> bool + use<> {
+fn bounded(policy: &WritePolicy) -> impl Fn() -> bool + use<> {
     let until = Instant::now().checked_add(leave_bound(policy));
     move || until.is_none_or(|until| Instant::now() < until)
+}
+
+impl Inner {
+    /// Sends a write of the balance loop (`operation`: what it is, for the logs), for at most
+    /// three write attempts ([`bounded`]).
+    pub(super) async fn write_bounded(&self, operation: &'static str, txn: &Txn) -> Written {
+        let shared = self.store.shared();
+        write::send(
+            &shared.connection,
+            &shared.write,
+            operation,
+            txn,
+            None,
+            bounded(&shared.write),
+            &shared.shutdown,
+        )
+        .await
+    }
 }
 
 /// A move to this host that it said it is ready for.
@@ -51,13 +69,6 @@ pub(super) struct Listed {
     session: Uuid,
     value: MoveValue,
     kv: KeyValue,
-}
-
-impl Listed {
-    /// The session being moved.
-    pub(super) fn session(&self) -> Uuid {
-        self.session
-    }
 }
 
 /// The move keys of a read of `{ns}/moves/`; keys that are not a session's move, or values
@@ -167,7 +178,6 @@ impl Inner {
     /// rewrite, once a reply confirms it (within three write attempts, so the balance loop is
     /// not held up; the next tick reads the move again).
     async fn say_ready(&self, session: Uuid, kv: &KeyValue, ready: &MoveValue) -> Option<i64> {
-        let shared = self.store.shared();
         let key = self.store.namespace().move_key(session);
         let txn = Txn::new()
             .when([Compare::mod_revision(
@@ -180,17 +190,7 @@ impl Inner {
                 ready.encode(),
                 Some(PutOptions::new().with_lease(kv.lease())),
             )]);
-        let written = write::send(
-            &shared.connection,
-            &shared.write,
-            "move ready",
-            &txn,
-            None,
-            bounded(&shared.write),
-            &shared.shutdown,
-        )
-        .await;
-        match written {
+        match self.write_bounded("move ready", &txn).await {
             Written::Replied(reply) if reply.succeeded() => reply.header().map(|h| h.revision()),
             _ => None,
         }
@@ -201,17 +201,7 @@ impl Inner {
     /// node lease.
     async fn delete_move(&self, session: Uuid, delete: Delete) {
         lock(&self.moves).remove(&session);
-        let shared = self.store.shared();
-        let written = write::send(
-            &shared.connection,
-            &shared.write,
-            "withdraw move",
-            &delete.txn(),
-            None,
-            bounded(&shared.write),
-            &shared.shutdown,
-        )
-        .await;
+        let written = self.write_bounded("withdraw move", &delete.txn()).await;
         if !matches!(written, Written::Replied(_)) {
             tracing::debug!(%session, "a move's withdrawal was not confirmed");
         }
@@ -238,7 +228,6 @@ impl Inner {
         epoch: i64,
         host_key: (i64, i64),
     ) -> bool {
-        let shared = self.store.shared();
         let asked = MoveValue {
             target: planned.to,
             nonce: Uuid::now_v7(),
@@ -253,16 +242,7 @@ impl Inner {
             host_key,
             &asked,
         );
-        let written = write::send(
-            &shared.connection,
-            &shared.write,
-            "move by load",
-            &txn,
-            None,
-            bounded(&shared.write),
-            &shared.shutdown,
-        )
-        .await;
+        let written = self.write_bounded("move by load", &txn).await;
         let asked_now = matches!(&written, Written::Replied(reply) if reply.succeeded());
         if asked_now {
             tracing::info!(

@@ -337,16 +337,17 @@ fn run<'a>(
         rig.on_loss(move |_| on_loss.cancel());
         let on_broken = token.clone();
         rig.journal().on_broken(move || on_broken.cancel());
+        let acquired_at = tokio::time::Instant::now();
         let owned = Owned {
             rig: rig.clone(),
             token: token.clone(),
             shed: std::sync::atomic::AtomicBool::new(false),
             moved_to: std::sync::OnceLock::new(),
             moved_here,
-            since: tokio::time::Instant::now(),
+            since: acquired_at,
             meter: std::sync::Mutex::new(super::load::Meter::new(
                 rig.journal().next_seq(),
-                tokio::time::Instant::now(),
+                acquired_at,
             )),
         };
         {

@@ -119,6 +119,20 @@ impl LoadValue {
         format!("{LOAD_V1} {} {} {}", self.load, self.sessions, self.nonce)
     }
 
+    /// Each store's load, from the load keys of a read of `prefix` (`{ns}/loads/`); keys or
+    /// values this release does not read are skipped.
+    pub(crate) fn by_store(
+        prefix: &str,
+        kvs: &[etcd_client::KeyValue],
+    ) -> std::collections::HashMap<Uuid, f64> {
+        kvs.iter()
+            .filter_map(|kv| {
+                let store = crate::keys::id_under(prefix, kv.key())?;
+                Some((store, Self::decode(kv.value())?.load))
+            })
+            .collect()
+    }
+
     /// `None` for anything that is not a load value of a version this release reads (or
     /// whose load is not finite and at least 0).
     pub(crate) fn decode(value: &[u8]) -> Option<Self> {

@@ -1,6 +1,6 @@
 //! The balance by load: sampling the sessions' loads, publishing the host's, asking for moves (see the [host docs](crate::host#load)).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
@@ -73,7 +73,6 @@ impl Balance {
         counted: &[Listed],
         keys: &HashMap<Uuid, (i64, i64)>,
         loads: &HashMap<Uuid, f64>,
-        moving: &HashSet<Uuid>,
     ) {
         let inner = self.inner.clone();
         let options = &inner.options.load;
@@ -86,24 +85,22 @@ impl Balance {
         if !options.enabled || inner.is_draining() {
             return;
         }
-        let interval = options.budget_interval;
-        while self
-            .moves_made
-            .front()
-            .is_some_and(|at| now.duration_since(*at) >= interval)
-        {
-            self.moves_made.pop_front();
-        }
-        let left = options.budget.saturating_sub(self.moves_made.len());
+        let made = self
+            .recent
+            .iter()
+            .filter(|(_, _, at)| now.duration_since(*at) < options.budget_interval)
+            .count();
+        let left = options.budget.saturating_sub(made);
         if left == 0 {
             return;
         }
+        let moving_out = lock(&inner.moving_out).clone();
         let mut movable: Vec<(load::SessionLoad, i64)> = lock(&inner.owned)
             .iter()
             .filter(|(session, owned)| {
                 !owned.token.is_cancelled()
                     && owned.since.elapsed() >= options.cooldown
-                    && !moving.contains(session)
+                    && !moving_out.contains(session)
             })
             .map(|(session, owned)| {
                 let load = lock(&owned.meter).load();
@@ -134,7 +131,6 @@ impl Balance {
                 // The target's key changed (it published, or left): the next tick reads it.
                 break;
             }
-            self.moves_made.push_back(Instant::now());
             self.recent.push((planned.to, planned.load, Instant::now()));
             hosts[mine].load -= planned.load;
             if let Some(host) = hosts.iter_mut().find(|host| host.store == planned.to) {
@@ -175,10 +171,15 @@ impl Balance {
         // What was moved lately is not in the targets' published loads yet: the target says it
         // is ready at its next tick, this host hands over at its next, the target samples the
         // session at the tick after it acquired it and publishes within `publish_every`.
-        let fresh = inner.options.load.publish_every + self.tick * 4;
+        let options = &inner.options.load;
+        let fresh = options.publish_every + self.tick * 4;
         self.recent
-            .retain(|(_, _, at)| now.duration_since(*at) < fresh);
-        for (to, load, _) in &self.recent {
+            .retain(|(_, _, at)| now.duration_since(*at) < fresh.max(options.budget_interval));
+        let unpublished = self
+            .recent
+            .iter()
+            .filter(|(_, _, at)| now.duration_since(*at) < fresh);
+        for (to, load, _) in unpublished {
             if let Some(host) = hosts.iter_mut().find(|host| host.store == *to) {
                 host.load += load;
             }

@@ -2,9 +2,9 @@
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
-use super::super::{Inner, moves};
+use super::super::Inner;
 use super::Balance;
-use crate::etcd::write::{self, Written};
+use crate::etcd::write::Written;
 
 impl Balance {
     /// Whether a drain of this host is asked for, from its drain key's node lease as read
@@ -49,7 +49,6 @@ impl Inner {
     /// Writes this host's drain key again under node lease `node`, if none exists and the host
     /// key is on that lease. Whether a reply confirmed it (within three write attempts).
     pub(super) async fn redrain(&self, node: i64) -> bool {
-        let shared = self.store.shared();
         let drain_key = self.store.namespace().drain_key(self.store.id());
         let txn = Txn::new()
             .when([
@@ -61,16 +60,7 @@ impl Inner {
                 "drain",
                 Some(PutOptions::new().with_lease(node)),
             )]);
-        let written = write::send(
-            &shared.connection,
-            &shared.write,
-            "drain again",
-            &txn,
-            None,
-            moves::bounded(&shared.write),
-            &shared.shutdown,
-        )
-        .await;
+        let written = self.write_bounded("drain again", &txn).await;
         matches!(written, Written::Replied(reply) if reply.succeeded())
     }
 }
