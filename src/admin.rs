@@ -47,7 +47,7 @@ use crate::journal::{
 };
 use crate::keys::{Namespace, id_under, prefix_end};
 use crate::lease::Epoch;
-use crate::store::OwnerValue;
+use crate::store::{LoadValue, OwnerValue};
 
 /// What a namespace holds right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ const CONCURRENT_READS: usize = 16;
 const TIPS_PER_READ: usize = 64;
 
 /// An owned session, as its owner key shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Owner {
     /// The session.
@@ -112,10 +112,15 @@ pub struct Owner {
     pub ttl_left: Option<Duration>,
     /// The journal's tip, if the session has a journal.
     pub tip: Option<Tip>,
+    /// The session's smoothed load as its host last published it (see
+    /// [placement by load](crate::host#load)); `None` unless the host lists it among its
+    /// hottest sessions (the 16 of highest load it holds, none idle), or for a holder that is
+    /// not a session host.
+    pub load: Option<f64>,
 }
 
 /// A journal's bounds and owner, read at one revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct JournalInfo {
     /// The session.
@@ -126,7 +131,7 @@ pub struct JournalInfo {
     pub base: u64,
     /// The tip; `None` if the session has no journal.
     pub tip: Option<Tip>,
-    /// The session's owner, if any (its `ttl_left` and `tip` are not filled in).
+    /// The session's owner, if any (its `ttl_left`, `tip` and `load` are not filled in).
     pub owner: Option<Owner>,
 }
 
@@ -308,18 +313,30 @@ impl Admin {
             lease_id: kv.lease(),
             ttl_left: None,
             tip: None,
+            load: None,
         })
     }
 
     /// Every owned session, by session id, read at one revision; with each holder's node lease
-    /// TTL left and each journal's tip at that revision. Keys under the owners prefix that are
-    /// not a session's are skipped.
+    /// TTL left, each journal's tip and each session's load as its host published it, at that
+    /// revision. Keys under the owners prefix that are not a session's are skipped.
     pub async fn owners(&self) -> Result<Vec<Owner>, EtcdError> {
         let (kvs, revision) = self
             .connection
             .range_at_one_revision("list owners", &self.namespace.owners_prefix())
             .await?;
+        let loads_prefix = self.namespace.loads_prefix();
+        let (loads, _) = self
+            .connection
+            .range_at("list loads", &loads_prefix, revision)
+            .await?;
+        let loads = LoadValue::by_store(&loads_prefix, &loads);
         let mut owners: Vec<Owner> = kvs.iter().filter_map(|kv| self.owner_of(kv)).collect();
+        for owner in &mut owners {
+            owner.load = owner
+                .store
+                .and_then(|store| loads.get(&store)?.of(owner.session));
+        }
         owners.sort_by_key(|owner| owner.session);
         // The tips, many sessions per read.
         let tips: Vec<Option<Tip>> = futures_util::stream::iter(
@@ -355,7 +372,7 @@ impl Admin {
         Ok(owners)
     }
 
-    /// `session`'s owner, if any (with its TTL left and tip).
+    /// `session`'s owner, if any (with its TTL left, tip and load).
     pub async fn owner(&self, session: Uuid) -> Result<Option<Owner>, EtcdError> {
         let key = self.namespace.owner_key(session);
         let response = self
@@ -371,6 +388,21 @@ impl Admin {
         };
         owner.tip = self.tip(session, revision).await?;
         owner.ttl_left = self.ttl_left(owner.lease_id).await?;
+        if let Some(store) = owner.store {
+            let key = self.namespace.load_key(store);
+            let options = GetOptions::new().with_revision(revision);
+            let response = self
+                .connection
+                .read("load", |mut client: KvClient, _| {
+                    let (key, options) = (key.clone(), options.clone());
+                    async move { client.get(key, Some(options)).await }
+                })
+                .await?;
+            owner.load = response
+                .kvs()
+                .first()
+                .and_then(|kv| LoadValue::decode(kv.value())?.of(session));
+        }
         Ok(Some(owner))
     }
 

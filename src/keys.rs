@@ -196,8 +196,8 @@ impl Namespace {
         format!("{}/loads/", self.0)
     }
 
-    /// `{ns}/loads/{store}`: the load of the sessions the session host of `store` holds,
-    /// attached to its node lease.
+    /// `{ns}/loads/{store}`: the load of the sessions the session host of `store` holds, and
+    /// of its hottest sessions, attached to its node lease.
     pub fn load_key(&self, store: Uuid) -> String {
         format!("{}/loads/{}", self.0, store.hyphenated())
     }

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use leasehold::admin::Admin;
 use leasehold::testing::{AppendHistory, check_journal, wait_for};
 use leasehold::{
     CancellationToken, GiveUp, HostEvent, HostOptions, LoadBalance, Rig, SessionHost, Uuid,
@@ -143,6 +144,50 @@ fn within_band(loads: &[(f64, f64)]) -> bool {
 
 /// Three hosts of `weights`, `load` their balance by load; `hot[h]` of host `h`'s sessions
 /// turn hot once they are placed by count.
+/// Checks what `Admin::hosts` and `Admin::owners` show: each host's load, and for each host
+/// its 16 hottest sessions with their loads (20 for the hot ones, 1 for the rest), none of
+/// another host's.
+async fn operator_view(admin: &Admin, hot: &HashSet<Uuid>) -> Result<(), String> {
+    let published = admin.hosts().await.map_err(|e| e.to_string())?;
+    let owners = admin.owners().await.map_err(|e| e.to_string())?;
+    if published.len() != 3 {
+        return Err(format!("{} hosts", published.len()));
+    }
+    for host in &published {
+        let load = host.load.ok_or("a host without a load")?;
+        let held: Vec<_> = owners
+            .iter()
+            .filter(|owner| owner.store == Some(host.store))
+            .collect();
+        let hot_held = held
+            .iter()
+            .filter(|owner| hot.contains(&owner.session))
+            .count();
+        let shown: Vec<(bool, f64)> = held
+            .iter()
+            .filter_map(|owner| Some((hot.contains(&owner.session), owner.load?)))
+            .collect();
+        let hot_shown = shown.iter().filter(|(hot, _)| *hot).count();
+        let loads_right = shown.iter().all(|(hot, load)| {
+            let expected = if *hot { HOT } else { 1.0 };
+            (load - expected).abs() < 0.5
+        });
+        let sum: f64 = shown.iter().map(|(_, load)| load).sum();
+        if shown.len() != 16.min(held.len())
+            || hot_shown != hot_held.min(16)
+            || !loads_right
+            || sum > load + 0.5
+        {
+            return Err(format!(
+                "host {} of load {load}, holding {} sessions ({hot_held} hot), shows {shown:?}",
+                host.store,
+                held.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn spread(weights: [u32; 3], hot: [usize; 3], load: LoadBalance) {
     let etcd = common::Etcd::start().await;
     let sessions: Vec<Uuid> = (0..SESSIONS).map(|_| Uuid::new_v4()).collect();
@@ -225,6 +270,20 @@ async fn spread(weights: [u32; 3], hot: [usize; 3], load: LoadBalance) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = loads(&hosts, &weights);
     assert!(within_band(&after), "still within the band: {after:.0?}");
+
+    // --- what an operator sees: each host's load, and the load of each host's hottest sessions
+    let operator = etcd.store("operator", 10).await;
+    let admin = Admin::new(operator.connection().clone(), etcd.ns.clone());
+    let hot_now = shared.hot.read().unwrap().clone();
+    // (Read until the hosts' last publications follow the last moves.)
+    let last = Mutex::new(String::new());
+    let seen_by_operator = wait_for("the loads shown", Duration::from_secs(10), || async {
+        let view = operator_view(&admin, &hot_now).await;
+        *last.lock().unwrap() = format!("{view:?}");
+        view.ok()
+    })
+    .await;
+    assert!(seen_by_operator.is_ok(), "{}", last.lock().unwrap());
     let end = Instant::now();
     let to_revision = common::revision(&etcd.raw).await;
     for host in &hosts {

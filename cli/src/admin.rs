@@ -10,8 +10,10 @@
 //!
 //! - `owners --json`: one object, `{"owners": [owner…]}`, each owner
 //!   `{"session", "node", "store", "epoch", "acquired_at", "advertise", "lease_id",
-//!   "ttl_left_secs", "tip"}` where `node`, `store`, `acquired_at` (RFC 3339, the holder's
-//!   clock), `advertise`, `ttl_left_secs` and `tip` (`{"seq", "epoch"}`) may be `null`.
+//!   "ttl_left_secs", "tip", "load"}` where `node`, `store`, `acquired_at` (RFC 3339, the
+//!   holder's clock), `advertise`, `ttl_left_secs`, `tip` (`{"seq", "epoch"}`) and `load` (the
+//!   session's smoothed load as its host last published it: only for the 16 hottest sessions
+//!   of each host, none idle) may be `null`.
 //! - `owners --watch --json`: JSON Lines: one `{"change": "owner", …}` per owner now, then
 //!   `{"change": "snapshot", "revision", "owners"}`, then one line per change as it happens:
 //!   `"acquired"`, `"released"` and `"moved"` (with `"from"`, the owner before) carry an owner
@@ -258,6 +260,7 @@ struct OwnerJson {
     lease_id: i64,
     ttl_left_secs: Option<u64>,
     tip: Value,
+    load: Option<f64>,
 }
 
 impl From<&Owner> for OwnerJson {
@@ -274,6 +277,7 @@ impl From<&Owner> for OwnerJson {
             lease_id: owner.lease_id,
             ttl_left_secs: owner.ttl_left.map(|ttl| ttl.as_secs()),
             tip: tip_json(owner.tip),
+            load: owner.load,
         }
     }
 }
@@ -297,8 +301,10 @@ pub(crate) async fn owners(common: &Common, args: &OwnersArgs) -> Result<(), Fai
         return Ok(());
     }
     let mut table = Table::new(
-        &["SESSION", "NODE", "EPOCH", "SINCE", "TTL LEFT", "TIP"],
-        &[false, false, true, false, true, true],
+        &[
+            "SESSION", "NODE", "EPOCH", "SINCE", "TTL LEFT", "TIP", "LOAD",
+        ],
+        &[false, false, true, false, true, true, true],
     );
     for owner in &owners {
         table.row(vec![
@@ -312,6 +318,9 @@ pub(crate) async fn owners(common: &Common, args: &OwnersArgs) -> Result<(), Fai
             owner
                 .tip
                 .map_or_else(|| "-".to_owned(), |tip| tip.seq.to_string()),
+            owner
+                .load
+                .map_or_else(|| "-".to_owned(), |load| format!("{load:.1}")),
         ]);
     }
     table.print();

@@ -217,9 +217,10 @@ enum Command {
     /// when etcd does not answer for 10 s. SIGINT or SIGTERM stops it: exit code 130. Each
     /// scenario sets its own node lease TTL and margin (--ttl and --margin are ignored).
     Bench(bench::BenchArgs),
-    /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip.
+    /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip,
+    /// and its load as its host published it (each host publishes its 16 hottest sessions').
     Owners(admin::OwnersArgs),
-    /// The live session hosts: node, advertised address, sessions held, since when.
+    /// The live session hosts: node, advertised address, sessions held, load, since when.
     Hosts(admin::HostsArgs),
     /// Ask a running session host to hand every session over, in order, and take none until
     /// undrained (the others take its share at once); --wait returns once it holds none.

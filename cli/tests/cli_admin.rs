@@ -95,6 +95,8 @@ async fn owners_journal_show_and_check_tell_what_etcd_holds() {
         assert_eq!(owner["node"], node);
         assert_eq!(owner["epoch"], lease.epoch().get());
         assert_eq!(owner["tip"]["seq"], tip);
+        // Not held by a session host: no load published.
+        assert!(owner["load"].is_null(), "{owner}");
         let ttl = owner["ttl_left_secs"].as_u64().unwrap();
         assert!((1..=10).contains(&ttl), "{owner}");
         let acquired: SystemTime =

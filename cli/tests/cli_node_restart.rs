@@ -3,7 +3,8 @@
 //! fleet makes at most 1.1 × the fewest acquisitions a restart can cost (each session's first,
 //! and for each restart the restarted node's share twice: away, then back), no session goes
 //! more than 1 s between two acknowledged heartbeats, and every journal is one sound chain that
-//! holds every acknowledged heartbeat at the sequence number its node was told.
+//! holds every acknowledged heartbeat at the sequence number its node was told. Meanwhile
+//! `hosts` shows each node's load and `owners` the load of each node's 16 hottest sessions.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -14,10 +15,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use leasehold::Uuid;
-use leasehold::testing::{EtcdNode, random_namespace};
+use leasehold::testing::{EtcdNode, random_namespace, wait_for};
 use tokio::time::Instant;
 
-use nodes::{Node, check_told, count, field, told};
+use nodes::{Node, check_told, count, field, told, tool_json};
 
 const SESSIONS: usize = 300;
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -61,6 +62,43 @@ async fn a_rolling_restart_moves_each_session_at_most_once_per_change() {
         );
         // Time to shed or take more, were anything still to move.
         tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+
+    // --- what an operator sees: each node's load, and its 16 hottest sessions' (all alike)
+    let shown = wait_for(
+        "each node's load and its hottest sessions' shown",
+        SHARE_BACK,
+        || async {
+            let hosts = tool_json(etcd.endpoint(), &ns, &["hosts"]).await;
+            let owners = tool_json(etcd.endpoint(), &ns, &["owners"]).await;
+            let hosts = hosts["hosts"].as_array()?.clone();
+            let owners = owners["owners"].as_array()?.clone();
+            let shown = NAMES.map(|name| {
+                let load = hosts.iter().find(|h| h["node"] == name)?["load"].as_f64()?;
+                let hottest: Vec<f64> = owners
+                    .iter()
+                    .filter(|owner| owner["node"] == name)
+                    .filter_map(|owner| owner["load"].as_f64())
+                    .collect();
+                (load > 0.0 && hottest.len() == 16).then_some((load, hottest))
+            });
+            shown
+                .iter()
+                .all(Option::is_some)
+                .then_some(shown.map(Option::unwrap))
+        },
+    )
+    .await
+    .unwrap();
+    for (name, (load, hottest)) in NAMES.iter().zip(&shown) {
+        println!("{name}: load {load:.1}, its hottest sessions' {hottest:.1?}");
+        // Heartbeats every 200 ms: some 5 appends per second each (the first samples of a
+        // session just taken back read higher or lower).
+        assert!(
+            hottest.iter().all(|l| (0.5..=50.0).contains(l))
+                && hottest.iter().sum::<f64>() <= *load,
+            "{name}: load {load}, its hottest sessions' {hottest:?}"
+        );
     }
     let to = Instant::now();
     for node in nodes.values() {

@@ -118,7 +118,7 @@ impl Admin {
                 Some(Host {
                     store,
                     sessions: held.get(&store).copied().unwrap_or(0),
-                    load: loads.get(&store).copied(),
+                    load: loads.get(&store).map(|value| value.load),
                     started_at: value.started_at(),
                     node: value.node,
                     advertise: value.advertise,

@@ -164,6 +164,9 @@ impl Inner {
             .map_or_else(Vec::new, |get| moves::listed(&moves_prefix, get.kvs()));
         let loads = gets.next().map_or_else(HashMap::new, |get| {
             LoadValue::by_store(&loads_prefix, get.kvs())
+                .into_iter()
+                .map(|(store, value)| (store, value.load))
+                .collect()
         });
         let sets = gets.next().map_or_else(Vec::new, |get| get.kvs().to_vec());
         Some(Hosts {

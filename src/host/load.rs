@@ -34,6 +34,15 @@ pub(super) fn published(load: f64) -> f64 {
     }
 }
 
+/// The `n` sessions of highest load among `loads`, the hottest first (by session id on ties),
+/// none of load 0.
+pub(super) fn hottest(loads: impl Iterator<Item = (Uuid, f64)>, n: usize) -> Vec<(Uuid, f64)> {
+    let mut loads: Vec<(Uuid, f64)> = loads.filter(|(_, load)| *load > 0.0).collect();
+    loads.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    loads.truncate(n);
+    loads
+}
+
 /// One owned session's load: what its work reports ([`Rig::set_load`](crate::Rig::set_load)),
 /// else its appends per second, smoothed.
 #[derive(Debug)]

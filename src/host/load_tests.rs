@@ -3,7 +3,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{HostLoad, Meter, Move, SessionLoad, plan, published, shed_order, smoothed, targets};
+use super::{
+    HostLoad, Meter, Move, SessionLoad, hottest, plan, published, shed_order, smoothed, targets,
+};
 
 fn host(n: u128, load: f64, weight: u32) -> HostLoad {
     HostLoad {
@@ -158,6 +160,24 @@ fn no_load_and_no_room_move_nothing() {
     assert_eq!(plan(0, &hosts, &mine, 0.1), None);
     // Not in the list: no plan.
     assert_eq!(plan(5, &hosts, &mine, 0.1), None);
+}
+
+#[test]
+fn a_host_lists_its_hottest_sessions_first_and_none_idle() {
+    let id = |n: u128| Uuid::from_u128(n);
+    let loads = [
+        (id(1), 0.5),
+        (id(2), 0.0),
+        (id(3), 20.0),
+        (id(4), 0.5),
+        (id(5), 3.0),
+    ];
+    assert_eq!(
+        hottest(loads.into_iter(), 3),
+        [(id(3), 20.0), (id(5), 3.0), (id(1), 0.5)]
+    );
+    assert_eq!(hottest(loads.into_iter(), 10).len(), 4, "none of load 0");
+    assert!(hottest(loads.into_iter(), 0).is_empty());
 }
 
 #[test]

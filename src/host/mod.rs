@@ -71,10 +71,12 @@
 //! smooths it (an exponential average whose half-life is [`LoadBalance::half_life`], 30 s by
 //! default: a burst of a few seconds barely moves it, a session that stays busy shows within a
 //! minute). Its own load is the sum. It publishes that in `{ns}/loads/{store}` (on its node
-//! lease) at most once per [`LoadBalance::publish_every`] (5 s), and only when it changed: at
-//! most 12 etcd writes a minute per host. [`SessionHost::load`] and
+//! lease), with the loads of its 16 hottest sessions, at most once per
+//! [`LoadBalance::publish_every`] (5 s), and only when it changed: at most 12 etcd writes a
+//! minute per host, of under 1 KiB each. [`SessionHost::load`] and
 //! [`SessionHost::session_loads`] show it here, [`Admin::hosts`](crate::Admin::hosts) (`leasehold
-//! hosts`) for every host.
+//! hosts`) for every host and [`Admin::owners`](crate::Admin::owners) (`leasehold owners`) for
+//! each host's hottest sessions.
 //!
 //! The count shares above stay as they are; load is balanced on top of them, by moves. Each
 //! host's *target* is its weight's share of the hosts' total load. At each tick a host whose

@@ -99,38 +99,57 @@ impl HostValue {
 
 /// The value of a load key (`{ns}/loads/{store}`, written by a session host at most once per
 /// [`LoadBalance::publish_every`](crate::LoadBalance::publish_every), attached to its node
-/// lease): the smoothed load of the sessions it holds, how many they are, and the host's nonce
-/// (its leave's delete is guarded by the value).
+/// lease): the smoothed load of the sessions it holds, how many they are, the host's nonce
+/// (its leave's delete is guarded by the value), and its hottest sessions, each with its own
+/// smoothed load (at most [`HOTTEST`], the hottest first, none of load 0).
 ///
 /// ```text
-/// leasehold-load/1 {load} {sessions} {host nonce}
+/// leasehold-load/1 {load} {sessions} {host nonce}[ {session}={load}]…
 /// ```
+///
+/// A reader of an earlier release ignores the sessions after the nonce.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct LoadValue {
     pub(crate) load: f64,
     pub(crate) sessions: usize,
     pub(crate) nonce: Uuid,
+    pub(crate) hottest: Vec<(Uuid, f64)>,
 }
+
+/// How many of its hottest sessions a host lists in its load key.
+pub(crate) const HOTTEST: usize = 16;
 
 const LOAD_V1: &str = "leasehold-load/1";
 
 impl LoadValue {
     pub(crate) fn encode(&self) -> String {
-        format!("{LOAD_V1} {} {} {}", self.load, self.sessions, self.nonce)
+        let mut text = format!("{LOAD_V1} {} {} {}", self.load, self.sessions, self.nonce);
+        for (session, load) in &self.hottest {
+            text.push_str(&format!(" {session}={load}"));
+        }
+        text
     }
 
-    /// Each store's load, from the load keys of a read of `prefix` (`{ns}/loads/`); keys or
-    /// values this release does not read are skipped.
+    /// Each store's load value, from the load keys of a read of `prefix` (`{ns}/loads/`); keys
+    /// or values this release does not read are skipped.
     pub(crate) fn by_store(
         prefix: &str,
         kvs: &[etcd_client::KeyValue],
-    ) -> std::collections::HashMap<Uuid, f64> {
+    ) -> std::collections::HashMap<Uuid, Self> {
         kvs.iter()
             .filter_map(|kv| {
                 let store = crate::keys::id_under(prefix, kv.key())?;
-                Some((store, Self::decode(kv.value())?.load))
+                Some((store, Self::decode(kv.value())?))
             })
             .collect()
+    }
+
+    /// `session`'s load, if this host lists it among its hottest.
+    pub(crate) fn of(&self, session: Uuid) -> Option<f64> {
+        self.hottest
+            .iter()
+            .find(|(listed, _)| *listed == session)
+            .map(|(_, load)| *load)
     }
 
     /// `None` for anything that is not a load value of a version this release reads (or
@@ -141,15 +160,28 @@ impl LoadValue {
         if fields.next()? != LOAD_V1 {
             return None;
         }
-        let load: f64 = fields.next()?.parse().ok()?;
-        if !load.is_finite() || load < 0.0 {
-            return None;
-        }
+        let load = Self::load(fields.next()?)?;
+        let sessions = fields.next()?.parse().ok()?;
+        let nonce = fields.next()?.parse().ok()?;
+        // A listed session this release does not read is skipped.
+        let hottest = fields
+            .filter_map(|field| {
+                let (session, load) = field.split_once('=')?;
+                Some((session.parse().ok()?, Self::load(load)?))
+            })
+            .collect();
         Some(Self {
             load,
-            sessions: fields.next()?.parse().ok()?,
-            nonce: fields.next()?.parse().ok()?,
+            sessions,
+            nonce,
+            hottest,
         })
+    }
+
+    /// A load as written: finite and at least 0.
+    fn load(text: &str) -> Option<f64> {
+        let load: f64 = text.parse().ok()?;
+        (load.is_finite() && load >= 0.0).then_some(load)
     }
 }
 
@@ -160,13 +192,24 @@ mod tests {
     #[test]
     fn load_values_round_trip_and_garbage_is_none() {
         for load in [0.0, 1.5, 870.125, 1e12] {
-            let value = LoadValue {
-                load,
-                sessions: 300,
-                nonce: Uuid::now_v7(),
-            };
-            assert_eq!(LoadValue::decode(value.encode().as_bytes()), Some(value));
+            for hottest in [vec![], vec![(Uuid::new_v4(), load), (Uuid::new_v4(), 0.25)]] {
+                let value = LoadValue {
+                    load,
+                    sessions: 300,
+                    nonce: Uuid::now_v7(),
+                    hottest,
+                };
+                assert_eq!(LoadValue::decode(value.encode().as_bytes()), Some(value));
+            }
         }
+        // Listed sessions this release does not read are skipped; the rest is kept.
+        let (nonce, session) = (Uuid::now_v7(), Uuid::new_v4());
+        let value = LoadValue::decode(
+            format!("leasehold-load/1 3 2 {nonce} {session}=2.5 x=1 {session}=NaN {session}")
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!((value.load, value.hottest), (3.0, vec![(session, 2.5)]));
         let nonce = Uuid::nil();
         for garbage in [
             String::new(),

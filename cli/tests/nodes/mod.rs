@@ -16,6 +16,34 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// `leasehold {args} --json` on `endpoint` in `namespace`, run to its end: its output, parsed
+/// (it must exit 0 within 30 s).
+pub(crate) async fn tool_json(
+    endpoint: &str,
+    namespace: &Namespace,
+    args: &[&str],
+) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--endpoints", endpoint, "--namespace", namespace.as_str()])
+        .args(args)
+        .arg("--json")
+        .env("LEASEHOLD_NO_VERSION_WARNING", "true")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} ended"))
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "leasehold {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
 /// One `leasehold node` process, with every line it printed so far and when each arrived.
 pub(crate) struct Node {
     pub(crate) name: &'static str,

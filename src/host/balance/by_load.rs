@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::super::{load, lock};
 use super::{Balance, Listed};
 use crate::keys::id_under;
-use crate::store::LoadValue;
+use crate::store::{HOTTEST, LoadValue};
 
 impl Balance {
     /// Samples every owned session's load; this host's is their sum.
@@ -37,10 +37,18 @@ impl Balance {
         let Some(node) = inner.store.node_lease_id() else {
             return;
         };
+        let (sessions, hottest) = {
+            let owned = lock(&inner.owned);
+            let loads = owned
+                .iter()
+                .map(|(session, owned)| (*session, load::published(lock(&owned.meter).load())));
+            (owned.len(), load::hottest(loads, HOTTEST))
+        };
         let value = LoadValue {
             load: inner.load_now(),
-            sessions: lock(&inner.owned).len(),
+            sessions,
             nonce: inner.host_value.nonce,
+            hottest,
         }
         .encode();
         let every = inner.options.load.publish_every;
