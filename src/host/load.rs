@@ -6,25 +6,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-/// `previous` moved towards `sample` by the weight an exponential average with this half-life
-/// gives `elapsed` (a sample after one half-life counts for half); the sample itself when
-/// there was none before.
-pub(super) fn smoothed(
-    previous: Option<f64>,
-    sample: f64,
-    elapsed: Duration,
-    half_life: Duration,
-) -> f64 {
-    let Some(previous) = previous else {
-        return sample;
-    };
-    if half_life.is_zero() {
-        return sample;
-    }
-    let kept = 0.5f64.powf(elapsed.as_secs_f64() / half_life.as_secs_f64());
-    sample + (previous - sample) * kept
-}
-
 /// A load as a host publishes it: finite, at least 0, rounded to a thousandth.
 pub(super) fn published(load: f64) -> f64 {
     if load.is_finite() && load > 0.0 {
@@ -44,10 +25,20 @@ pub(super) fn hottest(loads: impl Iterator<Item = (Uuid, f64)>, n: usize) -> Vec
 }
 
 /// One owned session's load: what its work reports ([`Rig::set_load`](crate::Rig::set_load)),
-/// else its appends per second, smoothed.
+/// else its appends per second, averaged over time with weights that halve every half-life.
+///
+/// The meter keeps two decayed sums since the session's acquisition: of load × seconds (an
+/// interval's appends, or the reported load times the interval's length), and of seconds. The
+/// load is their ratio. Each interval weighs by how long it lasted: a first sample taken a few
+/// milliseconds after an acquisition, with one append in it, weighs as little as it covers,
+/// where a plain average of samples would take it as the session's rate and keep it for a
+/// half-life. Under a steady stream of samples the two are the same average.
 #[derive(Debug)]
 pub(super) struct Meter {
-    smoothed: Option<f64>,
+    /// Load × seconds, decayed.
+    sum: f64,
+    /// Seconds, decayed.
+    weight: f64,
     /// The journal's next sequence number at the last sample, and when it was taken.
     seq: u64,
     at: Instant,
@@ -56,14 +47,15 @@ pub(super) struct Meter {
 impl Meter {
     pub(super) fn new(seq: u64, at: Instant) -> Self {
         Self {
-            smoothed: None,
+            sum: 0.0,
+            weight: 0.0,
             seq,
             at,
         }
     }
 
-    /// Takes a sample at `now`, the journal's next sequence number then being `seq`: the
-    /// smoothed load. The first sample is taken as it is.
+    /// Takes a sample at `now`, the journal's next sequence number then being `seq` and the
+    /// work's report `reported`: the load.
     pub(super) fn sample(
         &mut self,
         reported: Option<f64>,
@@ -71,20 +63,32 @@ impl Meter {
         now: Instant,
         half_life: Duration,
     ) -> f64 {
-        let elapsed = now.saturating_duration_since(self.at);
-        if elapsed.is_zero() {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        if elapsed <= 0.0 {
             return self.load();
         }
-        let rate = seq.saturating_sub(self.seq) as f64 / elapsed.as_secs_f64();
-        let sample = published(reported.unwrap_or(rate));
-        let load = smoothed(self.smoothed, sample, elapsed, half_life);
-        (self.smoothed, self.seq, self.at) = (Some(load), seq, now);
-        load
+        let carried = match reported {
+            Some(load) => published(load) * elapsed,
+            None => seq.saturating_sub(self.seq) as f64,
+        };
+        let kept = if half_life.is_zero() {
+            0.0
+        } else {
+            0.5f64.powf(elapsed / half_life.as_secs_f64())
+        };
+        self.sum = self.sum * kept + carried;
+        self.weight = self.weight * kept + elapsed;
+        (self.seq, self.at) = (seq, now);
+        self.load()
     }
 
-    /// The smoothed load (0 before the first sample).
+    /// The load (0 before the first sample).
     pub(super) fn load(&self) -> f64 {
-        self.smoothed.unwrap_or(0.0)
+        if self.weight > 0.0 {
+            self.sum / self.weight
+        } else {
+            0.0
+        }
     }
 }
 

@@ -3,9 +3,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{
-    HostLoad, Meter, Move, SessionLoad, hottest, plan, published, shed_order, smoothed, targets,
-};
+use super::{HostLoad, Meter, Move, SessionLoad, hottest, plan, published, shed_order, targets};
 
 fn host(n: u128, load: f64, weight: u32) -> HostLoad {
     HostLoad {
@@ -27,56 +25,57 @@ fn sessions(loads: &[f64]) -> Vec<SessionLoad> {
         .collect()
 }
 
-#[test]
-fn a_sample_counts_for_half_after_one_half_life() {
-    let second = Duration::from_secs(1);
-    assert_eq!(
-        smoothed(None, 8.0, second, second),
-        8.0,
-        "the first as it is"
-    );
-    assert_eq!(smoothed(Some(0.0), 8.0, second, second), 4.0);
-    assert_eq!(smoothed(Some(0.0), 8.0, second * 2, second), 6.0);
-    assert_eq!(smoothed(Some(8.0), 8.0, second * 5, second), 8.0);
-    assert_eq!(smoothed(Some(2.0), 8.0, second, Duration::ZERO), 8.0);
-    assert!(smoothed(Some(0.0), 8.0, Duration::from_millis(1), second) < 0.01);
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_meter_counts_appends_per_second_unless_the_work_reports_its_load() {
-    let half_life = Duration::from_secs(1);
+    let (second, half_life) = (Duration::from_secs(1), Duration::from_secs(1));
     let t0 = Instant::now();
     let mut meter = Meter::new(10, t0);
     assert_eq!(meter.load(), 0.0);
-    // 20 appends in 2 s: the first sample is taken as it is.
-    assert_eq!(
-        meter.sample(None, 30, t0 + Duration::from_secs(2), half_life),
-        10.0
-    );
-    // No append for a second: half-way down.
-    assert_eq!(
-        meter.sample(None, 30, t0 + Duration::from_secs(3), half_life),
-        5.0
-    );
-    // The work reports 25: half-way up, whatever the appends.
-    assert_eq!(
-        meter.sample(Some(25.0), 90, t0 + Duration::from_secs(4), half_life),
-        15.0
-    );
+    // 20 appends in 2 s.
+    assert_eq!(meter.sample(None, 30, t0 + second * 2, half_life), 10.0);
     // Sampled twice at once: the same load.
-    assert_eq!(
-        meter.sample(Some(0.0), 90, t0 + Duration::from_secs(4), half_life),
-        15.0
-    );
-    // A report that is not a load counts as 0.
+    assert_eq!(meter.sample(None, 30, t0 + second * 2, half_life), 10.0);
+    // The work reports 25 for a second: the two seconds before weigh half as much now.
+    let load = meter.sample(Some(25.0), 90, t0 + second * 3, half_life);
+    assert!((load - (10.0 + 25.0) / 2.0).abs() < 1e-9, "{load}");
+    // A report that is not a load counts as 0; so does a half-life of 0, all but the last.
     let mut meter = Meter::new(0, t0);
+    assert_eq!(meter.sample(Some(f64::NAN), 5, t0 + second, half_life), 0.0);
     assert_eq!(
-        meter.sample(Some(f64::NAN), 5, t0 + Duration::from_secs(1), half_life),
-        0.0
+        meter.sample(Some(4.0), 5, t0 + second * 2, Duration::ZERO),
+        4.0
     );
     assert_eq!(published(-3.0), 0.0);
     assert_eq!(published(f64::INFINITY), 0.0);
     assert_eq!(published(1.23456), 1.235);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_level_held_for_one_half_life_counts_for_half() {
+    let (tick, half_life) = (Duration::from_secs(1), Duration::from_secs(30));
+    let mut at = Instant::now();
+    let mut meter = Meter::new(0, at);
+    // Twenty half-lives at 2 (the average is settled), then one at 8.
+    for level in std::iter::repeat_n(2.0, 600).chain(std::iter::repeat_n(8.0, 30)) {
+        at += tick;
+        meter.sample(Some(level), 0, at, half_life);
+    }
+    assert!((meter.load() - 5.0).abs() < 1e-3, "{}", meter.load());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_sample_weighs_as_little_as_the_time_it_covers() {
+    // One append 50 ms after the acquisition (20 a second, for so short a time), then 5 a
+    // second: the load is near 5 at once, not 20 for a half-life.
+    let half_life = Duration::from_secs(30);
+    let t0 = Instant::now();
+    let mut meter = Meter::new(1, t0);
+    let first = meter.sample(None, 2, t0 + Duration::from_millis(50), half_life);
+    assert!((first - 20.0).abs() < 1e-9, "{first}");
+    let then = meter.sample(None, 7, t0 + Duration::from_millis(1050), half_life);
+    assert!((5.0..5.8).contains(&then), "{then}");
+    let later = meter.sample(None, 12, t0 + Duration::from_millis(2050), half_life);
+    assert!((5.0..5.4).contains(&later), "{later}");
 }
 
 #[test]
