@@ -68,9 +68,10 @@
 //! owned session has a *load*: what its work reports with [`Rig::set_load`] (in units of the
 //! application's choosing, the same for every session of the namespace), or, until it reports
 //! one, its appends per second. At every balance tick the host samples each session's load and
-//! smooths it (an exponential average whose half-life is [`LoadBalance::half_life`], 30 s by
-//! default: a burst of a few seconds barely moves it, a session that stays busy shows within a
-//! minute). Its own load is the sum. It publishes that in `{ns}/loads/{store}` (on its node
+//! smooths it (an average over time whose weights halve every [`LoadBalance::half_life`], 30 s
+//! by default: a burst of a few seconds barely moves it, a session that stays busy shows within
+//! a minute; each interval counts by its length, so the first milliseconds after an acquisition
+//! count for as little as they last). Its own load is the sum. It publishes that in `{ns}/loads/{store}` (on its node
 //! lease), with the loads of its 16 hottest sessions, at most once per
 //! [`LoadBalance::publish_every`] (5 s), and only when it changed: at most 12 etcd writes a
 //! minute per host, of under 1 KiB each. [`SessionHost::load`] and

@@ -65,7 +65,8 @@ pub struct LoadBalance {
     /// Whether the host moves sessions by load. Off, it still measures and publishes its
     /// load (for `leasehold hosts`), and balances by count alone. Default: on.
     pub enabled: bool,
-    /// The half-life of the smoothing: a sample this old counts for half. Default 30 s.
+    /// The half-life of the smoothing: a second of load this long ago counts for half as much
+    /// as a second of it now. Default 30 s.
     pub half_life: Duration,
     /// How far over its target a host may be before it moves anything, as a fraction of the
     /// target (the hysteresis). Default 0.1.
