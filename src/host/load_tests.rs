@@ -360,3 +360,32 @@ fn loads_that_are_alike_move_nothing() {
         assert!(!alike.round(2, 0.1), "{hot:?}");
     }
 }
+
+#[test]
+fn a_session_heavier_than_a_share_stays_and_the_hot_ones_move_off_its_host() {
+    // Host 0 holds a session of load 600 (more than a host's share of the 1,170 in all) and
+    // 10 of the 30 hot sessions; hosts 1 and 2 hold 10 each.
+    let mut fleet = fleet(&[1, 1, 1], &[100, 100, 100], &[10, 10, 10]);
+    let giant = fleet.held[0][99].session;
+    fleet.held[0][99].load = 600.0;
+    let mut rounds = 0;
+    while fleet.round(2, 0.1) {
+        rounds += 1;
+        assert!(
+            rounds < 20,
+            "still moving after 20 rounds: {:?}",
+            fleet.loads()
+        );
+    }
+    assert!(
+        fleet.held[0].iter().any(|s| s.session == giant),
+        "the heavy session stays where it is"
+    );
+    let hot: Vec<usize> = fleet
+        .held
+        .iter()
+        .map(|held| held.iter().filter(|s| s.load == 20.0).count())
+        .collect();
+    assert_eq!(hot, [0, 15, 15], "its host's hot sessions moved off it");
+    assert_eq!(fleet.moves, 10, "each of those once: {:?}", fleet.loads());
+}

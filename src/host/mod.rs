@@ -86,7 +86,8 @@
 //! protocol, asked by the holder itself) of one of its sessions to the host furthest below its
 //! target: the session whose move best closes both gaps, the coldest of those that close as
 //! much. A session whose load exceeds both gaps together is never moved (a session heavier
-//! than a host's share stays where it is: moving it would only move the excess). The target
+//! than a host's share stays where it is: moving it would only move the excess; its host
+//! moves its lighter hot sessions off instead). The target
 //! takes the session over its share of the count and sheds one of its own, chosen among those
 //! out of their cooldown, the coldest first; the host the session left, now under its share,
 //! takes it. So a move by load is a swap, two graceful handovers, each fenced as always, and
