@@ -114,7 +114,9 @@ pub struct Owner {
     pub tip: Option<Tip>,
     /// The session's smoothed load as its host last published it (see
     /// [placement by load](crate::host#load)); `None` unless the host lists it among its
-    /// hottest sessions (the 16 of highest load it holds, none idle), or for a holder that is
+    /// hottest sessions (16 by default, none idle: see
+    /// [`LoadBalance::published_sessions`](crate::LoadBalance::published_sessions)), or for a
+    /// holder that is
     /// not a session host.
     pub load: Option<f64>,
 }

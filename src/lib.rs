@@ -135,7 +135,7 @@ pub use etcd::{
 };
 pub use host::{
     FORWARDED_HEADER, GiveUp, HostEvent, HostEvents, HostOptions, HttpRouter, LoadBalance,
-    NotOwner, Route, Routed, SessionHost,
+    MAX_PUBLISHED_SESSIONS, NotOwner, Route, Routed, SessionHost,
 };
 pub use journal::{
     AppendError, Appended, DecodeError, Deleted, Event, Fence, Found, IdempotencyKey, Journal,

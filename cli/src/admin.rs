@@ -12,8 +12,8 @@
 //!   `{"session", "node", "store", "epoch", "acquired_at", "advertise", "lease_id",
 //!   "ttl_left_secs", "tip", "load"}` where `node`, `store`, `acquired_at` (RFC 3339, the
 //!   holder's clock), `advertise`, `ttl_left_secs`, `tip` (`{"seq", "epoch"}`) and `load` (the
-//!   session's smoothed load as its host last published it: only for the 16 hottest sessions
-//!   of each host, none idle) may be `null`.
+//!   session's smoothed load as its host last published it, which it does for its hottest
+//!   sessions only, 16 by default, none idle) may be `null`.
 //! - `owners --watch --json`: JSON Lines: one `{"change": "owner", …}` per owner now, then
 //!   `{"change": "snapshot", "revision", "owners"}`, then one line per change as it happens:
 //!   `"acquired"`, `"released"` and `"moved"` (with `"from"`, the owner before) carry an owner

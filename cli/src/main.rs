@@ -218,7 +218,8 @@ enum Command {
     /// scenario sets its own node lease TTL and margin (--ttl and --margin are ignored).
     Bench(bench::BenchArgs),
     /// Every owned session: holder node, epoch, since when, node lease TTL left, journal tip,
-    /// and its load as its host published it (each host publishes its 16 hottest sessions').
+    /// and its load as its host published it (each host publishes its hottest sessions', 16 by
+    /// default).
     Owners(admin::OwnersArgs),
     /// The live session hosts: node, advertised address, sessions held, load, since when.
     Hosts(admin::HostsArgs),

@@ -162,6 +162,14 @@ fn no_load_and_no_room_move_nothing() {
 }
 
 #[test]
+fn a_host_publishes_at_most_the_most_sessions_loads() {
+    use crate::host::{LoadBalance, MAX_PUBLISHED_SESSIONS};
+    assert_eq!(LoadBalance::default().published_sessions, 16);
+    let many = LoadBalance::default().with_published_sessions(usize::MAX);
+    assert_eq!(many.published_sessions, MAX_PUBLISHED_SESSIONS);
+}
+
+#[test]
 fn a_host_lists_its_hottest_sessions_first_and_none_idle() {
     let id = |n: u128| Uuid::from_u128(n);
     let loads = [

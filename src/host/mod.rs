@@ -72,7 +72,7 @@
 //! by default: a burst of a few seconds barely moves it, a session that stays busy shows within
 //! a minute; each interval counts by its length, so the first milliseconds after an acquisition
 //! count for as little as they last). Its own load is the sum. It publishes that in `{ns}/loads/{store}` (on its node
-//! lease), with the loads of its 16 hottest sessions, at most once per
+//! lease), with the loads of its hottest sessions ([`LoadBalance::published_sessions`], 16), at most once per
 //! [`LoadBalance::publish_every`] (5 s), and only when it changed: at most 12 etcd writes a
 //! minute per host, of under 1 KiB each. [`SessionHost::load`] and
 //! [`SessionHost::session_loads`] show it here, [`Admin::hosts`](crate::Admin::hosts) (`leasehold
@@ -211,7 +211,7 @@ use crate::store::Store;
 use balance::balance;
 pub use http::{FORWARDED_HEADER, HttpRouter, Routed};
 use options::Work;
-pub use options::{GiveUp, HostEvent, HostOptions, LoadBalance};
+pub use options::{GiveUp, HostEvent, HostOptions, LoadBalance, MAX_PUBLISHED_SESSIONS};
 pub use route::{NotOwner, Route};
 use session::host_session;
 

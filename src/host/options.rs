@@ -82,7 +82,16 @@ pub struct LoadBalance {
     /// A session acquired less than this long ago is not moved by load, and is the last a
     /// host over its share of the count sheds. Default 2 min.
     pub cooldown: Duration,
+    /// How many of its sessions' loads a host publishes with its own: its hottest, none idle
+    /// ([`Admin::owners`](crate::Admin::owners) and `leasehold owners` show them), at most
+    /// [`MAX_PUBLISHED_SESSIONS`]. Each adds some 45 bytes to every publication, which every
+    /// host reads at each balance tick. Default 16.
+    pub published_sessions: usize,
 }
+
+/// The most sessions' loads a host publishes with its own (see
+/// [`LoadBalance::published_sessions`]): some 45 KB a publication.
+pub const MAX_PUBLISHED_SESSIONS: usize = 1000;
 
 impl Default for LoadBalance {
     fn default() -> Self {
@@ -94,6 +103,7 @@ impl Default for LoadBalance {
             budget: 2,
             budget_interval: Duration::from_secs(10),
             cooldown: Duration::from_secs(120),
+            published_sessions: 16,
         }
     }
 }
@@ -135,6 +145,13 @@ impl LoadBalance {
     /// Sets the [`cooldown`](Self::cooldown).
     pub fn with_cooldown(mut self, cooldown: Duration) -> Self {
         self.cooldown = cooldown;
+        self
+    }
+
+    /// Sets how many of its sessions' loads a host [publishes](Self::published_sessions)
+    /// (clamped to [`MAX_PUBLISHED_SESSIONS`]).
+    pub fn with_published_sessions(mut self, sessions: usize) -> Self {
+        self.published_sessions = sessions.min(MAX_PUBLISHED_SESSIONS);
         self
     }
 }

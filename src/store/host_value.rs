@@ -101,7 +101,9 @@ impl HostValue {
 /// [`LoadBalance::publish_every`](crate::LoadBalance::publish_every), attached to its node
 /// lease): the smoothed load of the sessions it holds, how many they are, the host's nonce
 /// (its leave's delete is guarded by the value), and its hottest sessions, each with its own
-/// smoothed load (at most [`HOTTEST`], the hottest first, none of load 0).
+/// smoothed load (as many as
+/// [`LoadBalance::published_sessions`](crate::LoadBalance::published_sessions) says, the
+/// hottest first, none of load 0).
 ///
 /// ```text
 /// leasehold-load/1 {load} {sessions} {host nonce}[ {session}={load}]…
@@ -115,9 +117,6 @@ pub(crate) struct LoadValue {
     pub(crate) nonce: Uuid,
     pub(crate) hottest: Vec<(Uuid, f64)>,
 }
-
-/// How many of its hottest sessions a host lists in its load key.
-pub(crate) const HOTTEST: usize = 16;
 
 const LOAD_V1: &str = "leasehold-load/1";
 

@@ -101,7 +101,7 @@ use crate::lease::{Lease, LossReason, NodeLease};
 use crate::metrics::Metrics;
 use cleanup::Cleanup;
 pub use error::{AcquireError, LeaseHeldError, StoreError};
-pub(crate) use host_value::{HOTTEST, HostValue, LoadValue};
+pub(crate) use host_value::{HostValue, LoadValue};
 pub use move_value::MOVE_WITHDRAWN_AFTER;
 pub(crate) use move_value::{MoveValue, ask_txn};
 pub(crate) use options::bounded_write_policy;

@@ -8,8 +8,9 @@ use uuid::Uuid;
 
 use super::super::{load, lock};
 use super::{Balance, Listed};
+use crate::host::MAX_PUBLISHED_SESSIONS;
 use crate::keys::id_under;
-use crate::store::{HOTTEST, LoadValue};
+use crate::store::LoadValue;
 
 impl Balance {
     /// Samples every owned session's load; this host's is their sum.
@@ -42,7 +43,11 @@ impl Balance {
             let loads = owned
                 .iter()
                 .map(|(session, owned)| (*session, load::published(lock(&owned.meter).load())));
-            (owned.len(), load::hottest(loads, HOTTEST))
+            let shown = inner.options.load.published_sessions;
+            (
+                owned.len(),
+                load::hottest(loads, shown.min(MAX_PUBLISHED_SESSIONS)),
+            )
         };
         let value = LoadValue {
             load: inner.load_now(),
