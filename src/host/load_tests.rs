@@ -38,6 +38,11 @@ async fn a_meter_counts_appends_per_second_unless_the_work_reports_its_load() {
     // The work reports 25 for a second: the two seconds before weigh half as much now.
     let load = meter.sample(Some(25.0), 90, t0 + second * 3, half_life);
     assert!((load - (10.0 + 25.0) / 2.0).abs() < 1e-9, "{load}");
+    // Then 4 for two seconds: each interval before weighs as of its end, the two seconds at
+    // 10 three half-lives ago (1/8), the second at 25 two (1/4).
+    let load = meter.sample(Some(4.0), 90, t0 + second * 5, half_life);
+    let expected = (10.0 * 2.0 / 8.0 + 25.0 / 4.0 + 4.0 * 2.0) / (2.0 / 8.0 + 1.0 / 4.0 + 2.0);
+    assert!((load - expected).abs() < 1e-9, "{load}, not {expected}");
     // A report that is not a load counts as 0; so does a half-life of 0, all but the last.
     let mut meter = Meter::new(0, t0);
     assert_eq!(meter.sample(Some(f64::NAN), 5, t0 + second, half_life), 0.0);
@@ -85,6 +90,37 @@ fn targets_are_the_weights_shares_of_the_total() {
     let mut draining = hosts.clone();
     draining[2].takes = false;
     assert_eq!(targets(&draining), [580.0, 290.0, 0.0]);
+    // No weight among those that take: no target (not a division by 0).
+    let weightless = [host(1, 10.0, 0), host(2, 20.0, 0)];
+    assert_eq!(targets(&weightless), [0.0, 0.0]);
+}
+
+#[test]
+fn the_band_s_edge_is_within_it() {
+    // Targets 100, a band of 25 %: 125 and 85 are within it.
+    let hosts = [host(1, 125.0, 1), host(2, 85.0, 1), host(3, 90.0, 1)];
+    assert_eq!(plan(0, &hosts, &sessions(&[15.0]), 0.25), None);
+    // Over by 10 and host 3 under by 40 (half a band: 12.5): a session of 6.25 closes exactly
+    // 12.5, not more: not worth it. One of 6.5 closes 13.
+    let hosts = [host(1, 110.0, 1), host(2, 130.0, 1), host(3, 60.0, 1)];
+    assert_eq!(plan(0, &hosts, &sessions(&[6.25]), 0.25), None);
+    assert!(plan(0, &hosts, &sessions(&[6.5]), 0.25).is_some());
+}
+
+#[test]
+fn a_host_that_takes_no_sessions_moves_none_by_load() {
+    let mut hosts = [host(1, 100.0, 1), host(2, 50.0, 1), host(3, 50.0, 1)];
+    hosts[0].takes = false;
+    assert_eq!(plan(0, &hosts, &sessions(&[20.0, 30.0]), 0.1), None);
+}
+
+#[test]
+fn the_host_furthest_below_is_so_by_its_share_not_its_load() {
+    // Weights 1:2:1, targets 100, 200, 100: host 2 (150 of 200) is further below than host 3
+    // (90 of 100), though its load is higher.
+    let hosts = [host(1, 160.0, 1), host(2, 150.0, 2), host(3, 90.0, 1)];
+    let planned = plan(0, &hosts, &sessions(&[50.0]), 0.1).unwrap();
+    assert_eq!(planned.to, Uuid::from_u128(2));
 }
 
 #[test]
@@ -210,6 +246,14 @@ fn shedding_by_count_prefers_sessions_out_of_their_cooldown_then_the_nearest_loa
         [id(1), id(4), id(3), id(2)],
         "nearest the load to shed first"
     );
+    // Nearest by distance, above or below, whatever the order before.
+    for (each, nearest) in [(6.0, id(1)), (8.0, id(2))] {
+        let (four, nine) = ((id(1), 4.0, true), (id(2), 9.0, true));
+        for mut order in [vec![four, nine], vec![nine, four]] {
+            shed_order(&mut order, each);
+            assert_eq!(order[0].0, nearest, "shedding {each} each");
+        }
+    }
 }
 
 /// A fleet as the hosts balance it: each host plans within a budget per round, against the
