@@ -327,12 +327,7 @@ impl Admin {
             .connection
             .range_at_one_revision("list owners", &self.namespace.owners_prefix())
             .await?;
-        let loads_prefix = self.namespace.loads_prefix();
-        let (loads, _) = self
-            .connection
-            .range_at("list loads", &loads_prefix, revision)
-            .await?;
-        let loads = LoadValue::by_store(&loads_prefix, &loads);
+        let loads = self.loads_at(revision).await?;
         let mut owners: Vec<Owner> = kvs.iter().filter_map(|kv| self.owner_of(kv)).collect();
         for owner in &mut owners {
             owner.load = owner

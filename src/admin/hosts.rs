@@ -84,6 +84,19 @@ pub(super) fn listed(stores: &[Uuid]) -> String {
 }
 
 impl Admin {
+    /// The hosts' load keys at `revision`, by store.
+    pub(super) async fn loads_at(
+        &self,
+        revision: i64,
+    ) -> Result<HashMap<Uuid, LoadValue>, EtcdError> {
+        let prefix = self.namespace.loads_prefix();
+        let (loads, _) = self
+            .connection
+            .range_at("list loads", &prefix, revision)
+            .await?;
+        Ok(LoadValue::by_store(&prefix, &loads))
+    }
+
     /// Every live session host, by store id, how many sessions each holds and the load it
     /// published: the host, owner and load keys read at one revision. A host's key goes with its node lease, so a
     /// host that died is listed until etcd expires that lease.
@@ -97,12 +110,7 @@ impl Admin {
             .connection
             .range_at("list owners", &self.namespace.owners_prefix(), revision)
             .await?;
-        let loads_prefix = self.namespace.loads_prefix();
-        let (loads, _) = self
-            .connection
-            .range_at("list loads", &loads_prefix, revision)
-            .await?;
-        let loads = LoadValue::by_store(&loads_prefix, &loads);
+        let loads = self.loads_at(revision).await?;
         let mut held: HashMap<Uuid, usize> = HashMap::new();
         for owner in owners
             .iter()
