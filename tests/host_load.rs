@@ -186,6 +186,16 @@ async fn operator_view(admin: &Admin, hot: &HashSet<Uuid>, listed: usize) -> Res
             ));
         }
     }
+    // One session alone shows the same.
+    let listed = owners.iter().find(|owner| owner.load.is_some()).unwrap();
+    let alone = admin
+        .owner(listed.session)
+        .await
+        .map_err(|e| e.to_string())?;
+    let load = alone.and_then(|owner| owner.load);
+    if load.is_none_or(|load| (load - listed.load.unwrap()).abs() >= 0.5) {
+        return Err(format!("{} alone: load {load:?}", listed.session));
+    }
     Ok(())
 }
 
