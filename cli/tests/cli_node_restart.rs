@@ -73,19 +73,19 @@ async fn a_rolling_restart_moves_each_session_at_most_once_per_change() {
             let owners = tool_json(etcd.endpoint(), &ns, &["owners"]).await;
             let hosts = hosts["hosts"].as_array()?.clone();
             let owners = owners["owners"].as_array()?.clone();
-            let shown = NAMES.map(|name| {
-                let load = hosts.iter().find(|h| h["node"] == name)?["load"].as_f64()?;
-                let hottest: Vec<f64> = owners
-                    .iter()
-                    .filter(|owner| owner["node"] == name)
-                    .filter_map(|owner| owner["load"].as_f64())
-                    .collect();
-                (load > 0.0 && hottest.len() == 16).then_some((load, hottest))
-            });
-            shown
+            // Each node's, or none until every node shows them.
+            NAMES
                 .iter()
-                .all(Option::is_some)
-                .then_some(shown.map(Option::unwrap))
+                .map(|name| {
+                    let load = hosts.iter().find(|h| h["node"] == *name)?["load"].as_f64()?;
+                    let hottest: Vec<f64> = owners
+                        .iter()
+                        .filter(|owner| owner["node"] == *name)
+                        .filter_map(|owner| owner["load"].as_f64())
+                        .collect();
+                    (load > 0.0 && hottest.len() == 16).then_some((load, hottest))
+                })
+                .collect::<Option<Vec<_>>>()
         },
     )
     .await
