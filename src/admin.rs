@@ -115,9 +115,8 @@ pub struct Owner {
     /// The session's smoothed load as its host last published it (see
     /// [placement by load](crate::host#load)); `None` unless the host lists it among its
     /// hottest sessions (16 by default, none idle: see
-    /// [`LoadBalance::published_sessions`](crate::LoadBalance::published_sessions)), or for a
-    /// holder that is
-    /// not a session host.
+    /// [`LoadBalance::published_sessions`](crate::LoadBalance::published_sessions)), and for a
+    /// holder that is not a session host.
     pub load: Option<f64>,
 }
 
