@@ -102,7 +102,7 @@
 //! appends), every host is within its band and nothing moves: the count alone places.
 //! `tests/host_load.rs` measures it: three hosts, 300 sessions placed by count, then 30 of them
 //! 20 times as heavy as the rest (uneven across the hosts); with a 1 s half-life and publication,
-//! every host is within its band after 8.5 to 13 s, in 11 to 22 moves, each session moved at most
+//! every host is within its band after 8.5 to 14 s, in 10 to 22 moves, each session moved at most
 //! once per cooldown.
 //!
 //! # Joining
