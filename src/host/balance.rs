@@ -319,10 +319,11 @@ struct Balance {
     load_sent_at: Option<Instant>,
     /// The node lease the drain key asked for this host was last read on.
     drain_lease: Option<i64>,
-    /// The moves by load asked for lately, (target, load, when): those within the budget's
-    /// interval count against it, and each is added to its target's published load until the
-    /// target publishes again.
-    recent: Vec<(Uuid, f64, Instant)>,
+    /// The moves by load asked for lately, (session, target, load, when): those within the
+    /// budget's interval count against it, and each is added to its target's published load
+    /// until the target publishes again, and taken from this host's while it still holds the
+    /// session.
+    recent: Vec<(Uuid, Uuid, f64, Instant)>,
 }
 
 /// Whether a new host still settles under its joining key, taking nothing.

@@ -98,7 +98,8 @@
 //! [`LoadBalance::budget_interval`] (10 s), and a session acquired less than
 //! [`LoadBalance::cooldown`] (2 min) ago is not moved by load and is the last a host over its
 //! share of the count sheds. A move stays in the mover's view of its target's load until the
-//! target publishes again. Where no session reports a load and all append alike (or none
+//! target publishes again, and out of its view of its own from the ask on, though it holds the
+//! session until the handover: a host plans no move for load it is already moving. Where no session reports a load and all append alike (or none
 //! appends), every host is within its band and nothing moves: the count alone places.
 //! `tests/host_load.rs` measures it: three hosts, 300 sessions placed by count, then 30 of them
 //! 20 times as heavy as the rest (uneven across the hosts); with a 1 s half-life and publication,

@@ -101,7 +101,7 @@ impl Balance {
         let made = self
             .recent
             .iter()
-            .filter(|(_, _, at)| now.duration_since(*at) < options.budget_interval)
+            .filter(|(_, _, _, at)| now.duration_since(*at) < options.budget_interval)
             .count();
         let left = options.budget.saturating_sub(made);
         if left == 0 {
@@ -144,12 +144,39 @@ impl Balance {
                 // The target's key changed (it published, or left): the next tick reads it.
                 break;
             }
-            self.recent.push((planned.to, planned.load, Instant::now()));
+            self.recent
+                .push((planned.session, planned.to, planned.load, Instant::now()));
             hosts[mine].load -= planned.load;
             if let Some(host) = hosts.iter_mut().find(|host| host.store == planned.to) {
                 host.load += planned.load;
             }
         }
+    }
+
+    /// This host's load without the sessions it is handing over: those being moved away (by
+    /// load lately, or by an operator's move), or shed. They are still held, and still sampled,
+    /// until their handover ends; counted, they would make this host look over its target by
+    /// what it already moves, and ask for moves beyond those it needs.
+    fn staying_load(&self, now: Instant) -> f64 {
+        let inner = &self.inner;
+        let fresh = inner.options.load.publish_every + self.tick * 4;
+        let moved: Vec<Uuid> = self
+            .recent
+            .iter()
+            .filter(|(_, _, _, at)| now.duration_since(*at) < fresh)
+            .map(|(session, ..)| *session)
+            .collect();
+        let moving_out = lock(&inner.moving_out).clone();
+        let leaving: f64 = lock(&inner.owned)
+            .iter()
+            .filter(|(session, owned)| {
+                owned.token.is_cancelled()
+                    || moving_out.contains(*session)
+                    || moved.contains(*session)
+            })
+            .map(|(_, owned)| lock(&owned.meter).load())
+            .sum();
+        (inner.load_now() - leaving).max(0.0)
     }
 
     /// The hosts counted, as the balance by load sees them (this host's load its own now,
@@ -164,12 +191,13 @@ impl Balance {
         let inner = &self.inner;
         let prefix = inner.store.namespace().hosts_prefix();
         let me = inner.store.id();
+        let staying = self.staying_load(now);
         let mut hosts: Vec<load::HostLoad> = counted
             .iter()
             .filter_map(|(key, quota)| {
                 let store = id_under(&prefix, key)?;
                 let load = if store == me {
-                    inner.load_now()
+                    staying
                 } else {
                     loads.get(&store).copied().unwrap_or(0.0)
                 };
@@ -187,12 +215,12 @@ impl Balance {
         let options = &inner.options.load;
         let fresh = options.publish_every + self.tick * 4;
         self.recent
-            .retain(|(_, _, at)| now.duration_since(*at) < fresh.max(options.budget_interval));
+            .retain(|(_, _, _, at)| now.duration_since(*at) < fresh.max(options.budget_interval));
         let unpublished = self
             .recent
             .iter()
-            .filter(|(_, _, at)| now.duration_since(*at) < fresh);
-        for (to, load, _) in unpublished {
+            .filter(|(_, _, _, at)| now.duration_since(*at) < fresh);
+        for (_, to, load, _) in unpublished {
             if let Some(host) = hosts.iter_mut().find(|host| host.store == *to) {
                 host.load += load;
             }
