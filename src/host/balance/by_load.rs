@@ -1,6 +1,6 @@
 //! The balance by load: sampling the sessions' loads, publishing the host's, asking for moves (see the [host docs](crate::host#load)).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
@@ -90,7 +90,9 @@ impl Balance {
         let inner = self.inner.clone();
         let options = &inner.options.load;
         let now = Instant::now();
-        let Some((mut hosts, mine)) = self.hosts_by_load(counted, keys, loads, now) else {
+        let moving_out = lock(&inner.moving_out).clone();
+        let Some((mut hosts, mine)) = self.hosts_by_load(counted, keys, loads, &moving_out, now)
+        else {
             return;
         };
         let target = load::targets(&hosts)[mine];
@@ -107,7 +109,6 @@ impl Balance {
         if left == 0 {
             return;
         }
-        let moving_out = lock(&inner.moving_out).clone();
         let mut movable: Vec<(load::SessionLoad, i64)> = lock(&inner.owned)
             .iter()
             .filter(|(session, owned)| {
@@ -154,19 +155,11 @@ impl Balance {
     }
 
     /// This host's load without the sessions it is handing over: those being moved away (by
-    /// load lately, or by an operator's move), or shed. They are still held, and still sampled,
-    /// until their handover ends; counted, they would make this host look over its target by
-    /// what it already moves, and ask for moves beyond those it needs.
-    fn staying_load(&self, now: Instant) -> f64 {
+    /// load lately, `moved`, or by an operator's move, `moving_out`), or shed. They are still
+    /// held, and still sampled, until their handover ends; counted, they would make this host
+    /// look over its target by what it already moves, and ask for moves beyond those it needs.
+    fn staying_load(&self, moved: &[Uuid], moving_out: &HashSet<Uuid>) -> f64 {
         let inner = &self.inner;
-        let fresh = inner.options.load.publish_every + self.tick * 4;
-        let moved: Vec<Uuid> = self
-            .recent
-            .iter()
-            .filter(|(_, _, _, at)| now.duration_since(*at) < fresh)
-            .map(|(session, ..)| *session)
-            .collect();
-        let moving_out = lock(&inner.moving_out).clone();
         let leaving: f64 = lock(&inner.owned)
             .iter()
             .filter(|(session, owned)| {
@@ -179,19 +172,35 @@ impl Balance {
         (inner.load_now() - leaving).max(0.0)
     }
 
-    /// The hosts counted, as the balance by load sees them (this host's load its own now,
-    /// the others' as published, plus what was moved to them lately), and this host's index.
+    /// The hosts counted, as the balance by load sees them (this host's load its own now, less
+    /// what it is handing over, the others' as published, plus what was moved to them lately),
+    /// and this host's index.
     fn hosts_by_load(
         &mut self,
         counted: &[Listed],
         keys: &HashMap<Uuid, (i64, i64)>,
         loads: &HashMap<Uuid, f64>,
+        moving_out: &HashSet<Uuid>,
         now: Instant,
     ) -> Option<(Vec<load::HostLoad>, usize)> {
         let inner = &self.inner;
+        // What was moved lately is not in the targets' published loads yet: the target says it
+        // is ready at its next tick, this host hands over at its next, the target samples the
+        // session at the tick after it acquired it and publishes within `publish_every`.
+        let options = &inner.options.load;
+        let fresh = options.publish_every + self.tick * 4;
+        self.recent
+            .retain(|(_, _, _, at)| now.duration_since(*at) < fresh.max(options.budget_interval));
+        let unpublished: Vec<(Uuid, Uuid, f64)> = self
+            .recent
+            .iter()
+            .filter(|(_, _, _, at)| now.duration_since(*at) < fresh)
+            .map(|&(session, to, load, _)| (session, to, load))
+            .collect();
+        let moved: Vec<Uuid> = unpublished.iter().map(|(session, ..)| *session).collect();
         let prefix = inner.store.namespace().hosts_prefix();
         let me = inner.store.id();
-        let staying = self.staying_load(now);
+        let staying = self.staying_load(&moved, moving_out);
         let mut hosts: Vec<load::HostLoad> = counted
             .iter()
             .filter_map(|(key, quota)| {
@@ -209,18 +218,7 @@ impl Balance {
                 })
             })
             .collect();
-        // What was moved lately is not in the targets' published loads yet: the target says it
-        // is ready at its next tick, this host hands over at its next, the target samples the
-        // session at the tick after it acquired it and publishes within `publish_every`.
-        let options = &inner.options.load;
-        let fresh = options.publish_every + self.tick * 4;
-        self.recent
-            .retain(|(_, _, _, at)| now.duration_since(*at) < fresh.max(options.budget_interval));
-        let unpublished = self
-            .recent
-            .iter()
-            .filter(|(_, _, _, at)| now.duration_since(*at) < fresh);
-        for (_, to, load, _) in unpublished {
+        for (_, to, load) in &unpublished {
             if let Some(host) = hosts.iter_mut().find(|host| host.store == *to) {
                 host.load += load;
             }
