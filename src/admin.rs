@@ -385,19 +385,10 @@ impl Admin {
         owner.tip = self.tip(session, revision).await?;
         owner.ttl_left = self.ttl_left(owner.lease_id).await?;
         if let Some(store) = owner.store {
-            let key = self.namespace.load_key(store);
-            let options = GetOptions::new().with_revision(revision);
-            let response = self
-                .connection
-                .read("load", |mut client: KvClient, _| {
-                    let (key, options) = (key.clone(), options.clone());
-                    async move { client.get(key, Some(options)).await }
-                })
+            let load = self
+                .key_at("load", self.namespace.load_key(store), revision)
                 .await?;
-            owner.load = response
-                .kvs()
-                .first()
-                .and_then(|kv| LoadValue::decode(kv.value())?.of(session));
+            owner.load = load.and_then(|kv| LoadValue::decode(kv.value())?.of(session));
         }
         Ok(Some(owner))
     }
@@ -435,19 +426,28 @@ impl Admin {
 
     /// The tip at `revision`; an undecodable tip reads as none.
     async fn tip(&self, session: Uuid, revision: i64) -> Result<Option<Tip>, EtcdError> {
-        let key = self.namespace.tip_key(session);
+        let tip = self
+            .key_at("tip", self.namespace.tip_key(session), revision)
+            .await?;
+        Ok(tip.and_then(|kv| crate::journal::decode_tip(kv.key(), kv.value()).ok()))
+    }
+
+    /// `key` at `revision` (the latest when it is 0), if it exists.
+    async fn key_at(
+        &self,
+        operation: &'static str,
+        key: String,
+        revision: i64,
+    ) -> Result<Option<etcd_client::KeyValue>, EtcdError> {
         let response = self
             .connection
-            .read("tip", |mut client: KvClient, _| {
+            .read(operation, |mut client: KvClient, _| {
                 let key = key.clone();
                 let options = (revision > 0).then(|| GetOptions::new().with_revision(revision));
                 async move { client.get(key, options).await }
             })
             .await?;
-        Ok(response
-            .kvs()
-            .first()
-            .and_then(|kv| crate::journal::decode_tip(kv.key(), kv.value()).ok()))
+        Ok(response.kvs().first().cloned())
     }
 
     /// A lease's TTL left; `None` if etcd no longer knows the lease.
